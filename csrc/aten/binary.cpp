@@ -1,0 +1,203 @@
+// add, sub, mul, div: broadcasting, type promotion, Python scalars, and the
+// functional, in-place and out= forms, all as one TPU_OP_{ADD,SUB,MUL,DIV}
+// record per call. The template every element-wise family follows.
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+struct BinaryKind {
+  tpu_op_code code;
+  const char* name;  // aten op name for messages
+  bool true_division;
+};
+
+// A 0-dim CPU tensor next to a tpu tensor is a scalar operand (Python
+// numbers arrive that way), as on CUDA.
+bool is_cpu_scalar(const at::Tensor& t) { return t.dim() == 0 && t.is_cpu(); }
+
+c10::DeviceIndex common_chip(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b,
+                             const at::Tensor* out) {
+  const at::Tensor* tpu = a.device().type() == kTpu ? &a : &b;
+  for (const at::Tensor* t : {&a, &b, out}) {
+    if (t == nullptr || (t != out && is_cpu_scalar(*t))) continue;
+    TORCH_CHECK(t->device() == tpu->device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+                tpu->device(), " and ", t->device(), "! (when checking arguments for ", k.name, ")");
+  }
+  return tpu->device().index();
+}
+
+at::ScalarType result_dtype(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b,
+                            tpu_rounding rounding) {
+  at::ScalarType type = at::result_type(a, b);
+  if (k.true_division && rounding == TPU_ROUND_NONE && at::isIntegralType(type, /*includeBool=*/true))
+    type = c10::typeMetaToScalarType(c10::get_default_dtype());
+  return type;
+}
+
+void check_operands(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b, at::ScalarType type,
+                    const c10::Scalar& alpha) {
+  TORCH_CHECK_TYPE(!a.is_complex() && !b.is_complex(), k.name, ": complex tensors are not supported on tpu yet");
+  if (k.code == TPU_OP_SUB) {
+    TORCH_CHECK(a.scalar_type() != at::kBool || b.scalar_type() != at::kBool,
+                "Subtraction, the `-` operator, with two bool tensors is not supported. "
+                "Use the `^` or `logical_xor()` operator instead.");
+    TORCH_CHECK(a.scalar_type() != at::kBool && b.scalar_type() != at::kBool,
+                "Subtraction, the `-` operator, with a bool tensor is not supported. "
+                "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+  }
+  if (k.code == TPU_OP_ADD || k.code == TPU_OP_SUB) at::native::alpha_check(type, alpha);
+}
+
+// Runs out = a <op> b where out already has the broadcast shape and the
+// result dtype. b may be a CPU scalar.
+void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, const at::Tensor& a_in,
+         const at::Tensor& b_in, const c10::Scalar& alpha, tpu_rounding rounding) {
+  if (out.numel() == 0) return;
+  at::Tensor a = a_in, b = b_in;
+  // A scalar first operand is moved to the chip (a one-element copy); a
+  // scalar second operand rides in the op record.
+  if (is_cpu_scalar(a)) a = a.to(out.device());
+  tpu_op op{};
+  op.code = k.code;
+  op.p.arith.alpha = to_tpu_scalar(alpha);
+  op.p.arith.rounding = rounding;
+  const at::Tensor a_full = a.expand(out.sizes());
+  tpu_tensor described[3];
+  if (is_cpu_scalar(b)) {
+    op.n_in = 1;
+    op.p.arith.other = to_tpu_scalar(b.item());
+    describe_elementwise(k.name, {&out, &a_full}, described);
+  } else {
+    op.n_in = 2;
+    const at::Tensor b_full = b.expand(out.sizes());
+    describe_elementwise(k.name, {&out, &a_full, &b_full}, described);
+    op.in[1] = described[2];
+  }
+  op.out = described[0];
+  op.in[0] = described[1];
+  submit(chip, op, k.name);
+}
+
+// Writes into `out` (already checked and sized): directly when its dtype is
+// the result dtype, through a temporary otherwise (PyTorch computes in the
+// result dtype and casts on store).
+void run_into(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, const at::Tensor& a,
+              const at::Tensor& b, const c10::Scalar& alpha, tpu_rounding rounding, at::ScalarType type) {
+  at::assert_no_internal_overlap(out);
+  at::assert_no_partial_overlap(out, a);
+  at::assert_no_partial_overlap(out, b);
+  if (out.scalar_type() == type) {
+    run(k, chip, out, a, b, alpha, rounding);
+    return;
+  }
+  at::Tensor tmp = at::empty(out.sizes(), out.options().dtype(type));
+  run(k, chip, tmp, a, b, alpha, rounding);
+  copy_tensor(out, tmp, false);
+}
+
+at::Tensor functional(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha,
+                      tpu_rounding rounding) {
+  const c10::DeviceIndex chip = common_chip(k, a, b, nullptr);
+  const at::ScalarType type = result_dtype(k, a, b, rounding);
+  check_operands(k, a, b, type, alpha);
+  const auto shape = at::infer_size(a.sizes(), b.sizes());
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type).device(kTpu, chip));
+  run(k, chip, out, a, b, alpha, rounding);
+  return out;
+}
+
+at::Tensor& out_variant(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha,
+                        tpu_rounding rounding, at::Tensor& out) {
+  const c10::DeviceIndex chip = common_chip(k, a, b, &out);
+  const at::ScalarType type = result_dtype(k, a, b, rounding);
+  check_operands(k, a, b, type, alpha);
+  TORCH_CHECK(at::canCast(type, out.scalar_type()), "result type ", type, " can't be cast to the desired output type ",
+              out.scalar_type());
+  at::native::resize_output(out, at::infer_size(a.sizes(), b.sizes()));
+  run_into(k, chip, out, a, b, alpha, rounding, type);
+  return out;
+}
+
+at::Tensor& inplace(const BinaryKind& k, at::Tensor& self, const at::Tensor& b, const c10::Scalar& alpha,
+                    tpu_rounding rounding) {
+  const c10::DeviceIndex chip = common_chip(k, self, b, &self);
+  const at::ScalarType type = result_dtype(k, self, b, rounding);
+  check_operands(k, self, b, type, alpha);
+  TORCH_CHECK(at::canCast(type, self.scalar_type()), "result type ", type,
+              " can't be cast to the desired output type ", self.scalar_type());
+  const auto shape = at::infer_size(self.sizes(), b.sizes());
+  TORCH_CHECK(shape == self.sizes(), "output with shape ", self.sizes(), " doesn't match the broadcast shape ", shape);
+  run_into(k, chip, self, self, b, alpha, rounding, type);
+  return self;
+}
+
+tpu_rounding parse_rounding(std::optional<c10::string_view> mode) {
+  if (!mode.has_value()) return TPU_ROUND_NONE;
+  if (*mode == "trunc") return TPU_ROUND_TRUNC;
+  if (*mode == "floor") return TPU_ROUND_FLOOR;
+  TORCH_CHECK(false, "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
+}
+
+const BinaryKind kAdd{TPU_OP_ADD, "aten::add", false};
+const BinaryKind kSub{TPU_OP_SUB, "aten::sub", false};
+const BinaryKind kMul{TPU_OP_MUL, "aten::mul", false};
+const BinaryKind kDiv{TPU_OP_DIV, "aten::div", true};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.Tensor", [](const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    return functional(kAdd, a, b, alpha, TPU_ROUND_NONE);
+  });
+  m.impl("add_.Tensor", [](at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) -> at::Tensor& {
+    return inplace(kAdd, a, b, alpha, TPU_ROUND_NONE);
+  });
+  m.impl("add.out", [](const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out)
+                        -> at::Tensor& { return out_variant(kAdd, a, b, alpha, TPU_ROUND_NONE, out); });
+  m.impl("sub.Tensor", [](const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    return functional(kSub, a, b, alpha, TPU_ROUND_NONE);
+  });
+  m.impl("sub_.Tensor", [](at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) -> at::Tensor& {
+    return inplace(kSub, a, b, alpha, TPU_ROUND_NONE);
+  });
+  m.impl("sub.out", [](const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, at::Tensor& out)
+                        -> at::Tensor& { return out_variant(kSub, a, b, alpha, TPU_ROUND_NONE, out); });
+  m.impl("mul.Tensor",
+         [](const at::Tensor& a, const at::Tensor& b) { return functional(kMul, a, b, 1, TPU_ROUND_NONE); });
+  m.impl("mul_.Tensor", [](at::Tensor& a, const at::Tensor& b) -> at::Tensor& {
+    return inplace(kMul, a, b, 1, TPU_ROUND_NONE);
+  });
+  m.impl("mul.out", [](const at::Tensor& a, const at::Tensor& b, at::Tensor& out) -> at::Tensor& {
+    return out_variant(kMul, a, b, 1, TPU_ROUND_NONE, out);
+  });
+  m.impl("div.Tensor",
+         [](const at::Tensor& a, const at::Tensor& b) { return functional(kDiv, a, b, 1, TPU_ROUND_NONE); });
+  m.impl("div_.Tensor", [](at::Tensor& a, const at::Tensor& b) -> at::Tensor& {
+    return inplace(kDiv, a, b, 1, TPU_ROUND_NONE);
+  });
+  m.impl("div.out", [](const at::Tensor& a, const at::Tensor& b, at::Tensor& out) -> at::Tensor& {
+    return out_variant(kDiv, a, b, 1, TPU_ROUND_NONE, out);
+  });
+  m.impl("div.Tensor_mode", [](const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode) {
+    return functional(kDiv, a, b, 1, parse_rounding(mode));
+  });
+  m.impl("div_.Tensor_mode",
+         [](at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode) -> at::Tensor& {
+           return inplace(kDiv, a, b, 1, parse_rounding(mode));
+         });
+  m.impl("div.out_mode", [](const at::Tensor& a, const at::Tensor& b, std::optional<c10::string_view> mode,
+                            at::Tensor& out) -> at::Tensor& {
+    return out_variant(kDiv, a, b, 1, parse_rounding(mode), out);
+  });
+}
+
+}  // namespace torch_tpu

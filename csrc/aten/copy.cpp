@@ -1,0 +1,137 @@
+// Copies in every direction (host -> tpu, tpu -> host, tpu -> tpu on one or
+// two chips), with dtype conversion and any strides, as TPU_OP_COPY records.
+//
+// Ordering rules, as on CUDA:
+//   - pageable host memory: the copy has finished when the call returns;
+//   - pinned host memory with non_blocking=True: the call returns at once;
+//     the host buffer is kept alive until the copy has run;
+//   - chip i -> chip j: chip j's stream waits for chip i's stream, and the
+//     source block is recorded on chip j's stream so it is not reused early.
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+// Holds a host storage until a queued copy has read or written it.
+void release_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
+void keep_alive_until_done(tpu_stream* stream, const at::Tensor& host) {
+  auto* hold = new c10::Storage(host.storage());
+  const tpu_status status = tpu_stream_submit_host_fn(stream, &release_storage, hold);
+  if (status != TPU_OK) {
+    delete hold;
+    TPU_CHECK_STATUS(status);
+  }
+}
+
+void submit_copy(c10::DeviceIndex chip, const at::Tensor& dst, const at::Tensor& src) {
+  tpu_op op{};
+  op.code = TPU_OP_COPY;
+  op.n_in = 1;
+  tpu_tensor described[2];
+  describe_elementwise("copy_", {&dst, &src}, described);
+  op.out = described[0];
+  op.in[0] = described[1];
+  submit(chip, op, "aten::copy_");
+}
+
+void check_copy_dtypes(const at::Tensor& dst, const at::Tensor& src) {
+  TORCH_CHECK_TYPE(!src.is_complex() || dst.is_complex(), "copy_: cannot copy a complex ", src.scalar_type(),
+                   " tensor into a real ", dst.scalar_type(), " tpu tensor");
+  tpu_dtype d;
+  TORCH_CHECK_TYPE(to_tpu_dtype(src.scalar_type(), &d), "copy_: tpu does not support dtype ", src.scalar_type());
+  TORCH_CHECK_TYPE(to_tpu_dtype(dst.scalar_type(), &d), "copy_: tpu does not support dtype ", dst.scalar_type());
+}
+
+}  // namespace
+
+void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_blocking) {
+  if (dst.numel() == 0) return;
+  const at::Tensor src = src_in.expand_as(dst);
+  check_copy_dtypes(dst, src);
+  const bool dst_tpu = dst.device().type() == kTpu;
+  const bool src_tpu = src.device().type() == kTpu;
+  TORCH_CHECK(dst_tpu || dst.is_cpu(), "copy_: cannot copy into a tensor on ", dst.device());
+  TORCH_CHECK(src_tpu || src.is_cpu(), "copy_: cannot copy from a tensor on ", src.device());
+
+  if (dst_tpu && src_tpu && dst.device() == src.device()) {
+    if (dst.is_alias_of(src) && dst.strides() == src.strides() && dst.storage_offset() == src.storage_offset() &&
+        dst.scalar_type() == src.scalar_type())
+      return;  // copying a view onto itself
+    at::assert_no_internal_overlap(dst);
+    at::assert_no_partial_overlap(dst, src);
+    if (dst.is_alias_of(src)) {
+      // Fully overlapping but differently laid out: go through a temporary.
+      copy_tensor(dst, src.clone(), non_blocking);
+      return;
+    }
+    submit_copy(dst.device().index(), dst, src);
+    return;
+  }
+
+  if (dst_tpu && src_tpu) {
+    // chip i -> chip j, run on chip j's current stream.
+    const c10::DeviceIndex from = src.device().index(), to = dst.device().index();
+    tpu_stream* src_stream = current_c_stream(from);
+    tpu_stream* dst_stream = current_c_stream(to);
+    tpu_event* ready = nullptr;
+    TPU_CHECK_STATUS(tpu_event_create(&ready));
+    tpu_status st = tpu_event_record(ready, src_stream);
+    if (st == TPU_OK) st = tpu_stream_wait_event(dst_stream, ready);
+    tpu_event_free(ready);
+    TPU_CHECK_STATUS(st);
+    submit_copy(to, dst, src);
+    TPU_CHECK_STATUS(tpu_mem_record_stream(src.storage().mutable_data(), dst_stream));
+    return;
+  }
+
+  if (dst_tpu) {
+    // host -> tpu
+    const c10::DeviceIndex chip = dst.device().index();
+    const bool async = non_blocking && is_pinned_host_ptr(src.storage().data());
+    submit_copy(chip, dst, src);
+    if (async)
+      keep_alive_until_done(current_c_stream(chip), src);
+    else
+      TPU_CHECK_STATUS(tpu_stream_synchronize(current_c_stream(chip)));
+    return;
+  }
+
+  // tpu -> host
+  const c10::DeviceIndex chip = src.device().index();
+  at::assert_no_internal_overlap(dst);
+  const bool async = non_blocking && is_pinned_host_ptr(dst.storage().data());
+  submit_copy(chip, dst, src);
+  if (async)
+    keep_alive_until_done(current_c_stream(chip), dst);
+  else
+    TPU_CHECK_STATUS(tpu_stream_synchronize(current_c_stream(chip)));
+}
+
+namespace {
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  copy_tensor(dst, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_output(dst, self.sizes());
+  copy_tensor(dst, self, false);
+  return dst;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,151 @@
+// mm and addmm (functional, out= and in-place) as TPU_OP_MM / TPU_OP_ADDMM
+// records. f32 operands follow torch.set_float32_matmul_precision: highest
+// is full f32, high and medium use the matrix unit's bf16 passes.
+// Integer matrices have no native kernel and take the CPU fallback.
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/mm_ops.h>
+#include <torch/library.h>
+
+#include "core/fallback.h"
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+bool native_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+tpu_precision current_precision() {
+  switch (at::globalContext().float32MatmulPrecision()) {
+    case at::Float32MatmulPrecision::HIGH: return TPU_PRECISION_HIGH;
+    case at::Float32MatmulPrecision::MEDIUM: return TPU_PRECISION_MEDIUM;
+    default: return TPU_PRECISION_HIGHEST;
+  }
+}
+
+void check_mm(const char* name, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2, name, ": self must be a matrix, got ", a.dim(), "-D");
+  TORCH_CHECK(b.dim() == 2, name, ": mat2 must be a matrix, got ", b.dim(), "-D");
+  TORCH_CHECK(a.size(1) == b.size(0), name, ": mat1 and mat2 shapes cannot be multiplied (", a.size(0), "x",
+              a.size(1), " and ", b.size(0), "x", b.size(1), ")");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), name, ": expected mat1 and mat2 to have the same dtype, but got: ",
+              a.scalar_type(), " != ", b.scalar_type());
+  TORCH_CHECK(a.device() == b.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+              a.device(), " and ", b.device(), "! (when checking arguments for ", name, ")");
+}
+
+// out = beta * bias + alpha * (a @ b); bias may be undefined (plain mm).
+void run(const char* name, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias,
+         const c10::Scalar& beta, const c10::Scalar& alpha) {
+  if (out.numel() == 0) return;
+  at::assert_no_internal_overlap(out);
+  tpu_op op{};
+  op.code = bias.defined() ? TPU_OP_ADDMM : TPU_OP_MM;
+  op.n_in = bias.defined() ? 3 : 2;
+  op.out = describe(out);
+  op.in[0] = describe(a);
+  op.in[1] = describe(b);
+  if (bias.defined()) op.in[2] = describe(bias.expand(out.sizes()));
+  op.p.mm.alpha = alpha.toDouble();
+  op.p.mm.beta = beta.toDouble();
+  op.p.mm.precision = current_precision();
+  submit(out.device().index(), op, name);
+}
+
+// Writes into `out`; through a temporary when out aliases an input, since
+// the kernel reads inputs while writing out.
+void run_checked(const char* name, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                 const at::Tensor& bias, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  const bool aliased = out.is_alias_of(a) || out.is_alias_of(b) || (bias.defined() && out.is_alias_of(bias));
+  if (!aliased) {
+    run(name, out, a, b, bias, beta, alpha);
+    return;
+  }
+  at::Tensor tmp = at::empty(out.sizes(), out.options());
+  run(name, tmp, a, b, bias, beta, alpha);
+  copy_tensor(out, tmp, false);
+}
+
+at::Tensor mm(const at::Tensor& a, const at::Tensor& b) {
+  check_mm("mm", a, b);
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm>::call(a, b);
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  run("aten::mm", out, a, b, at::Tensor(), 0, 1);
+  return out;
+}
+
+at::Tensor& mm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  check_mm("mm", a, b);
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mm_out>::call(a, b, out);
+  TORCH_CHECK(out.scalar_type() == a.scalar_type(), "mm: expected out dtype ", a.scalar_type(), " but got ",
+              out.scalar_type());
+  TORCH_CHECK(out.device() == a.device(), "mm: expected out on ", a.device(), ", got ", out.device());
+  at::native::resize_output(out, {a.size(0), b.size(1)});
+  run_checked("aten::mm.out", out, a, b, at::Tensor(), 0, 1);
+  return out;
+}
+
+void check_bias(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(bias.scalar_type() == a.scalar_type(), "addmm: self and mat2 must have the same dtype, but got ",
+              bias.scalar_type(), " and ", a.scalar_type());
+  TORCH_CHECK(bias.device() == a.device(), "Expected all tensors to be on the same device, but found at least two devices, ",
+              a.device(), " and ", bias.device(), "! (when checking arguments for addmm)");
+  const std::vector<int64_t> shape{a.size(0), b.size(1)};
+  TORCH_CHECK(bias.dim() <= 2 && at::is_expandable_to(bias.sizes(), shape), "addmm: the bias of shape ",
+              bias.sizes(), " cannot be broadcast to the product's shape ", c10::IntArrayRef(shape));
+}
+
+at::Tensor addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                 const c10::Scalar& alpha) {
+  check_mm("addmm", a, b);
+  check_bias(bias, a, b);
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::addmm>::call(bias, a, b, beta, alpha);
+  at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  run("aten::addmm", out, a, b, bias, beta, alpha);
+  return out;
+}
+
+at::Tensor& addmm_out(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                      const c10::Scalar& alpha, at::Tensor& out) {
+  check_mm("addmm", a, b);
+  check_bias(bias, a, b);
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::addmm_out>::call(bias, a, b, beta, alpha, out);
+  TORCH_CHECK(out.scalar_type() == a.scalar_type(), "addmm: expected out dtype ", a.scalar_type(), " but got ",
+              out.scalar_type());
+  TORCH_CHECK(out.device() == a.device(), "addmm: expected out on ", a.device(), ", got ", out.device());
+  at::native::resize_output(out, {a.size(0), b.size(1)});
+  run_checked("aten::addmm.out", out, a, b, bias, beta, alpha);
+  return out;
+}
+
+at::Tensor& addmm_(at::Tensor& self, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& beta,
+                   const c10::Scalar& alpha) {
+  check_mm("addmm_", a, b);
+  check_bias(self, a, b);
+  TORCH_CHECK(self.sizes() == c10::IntArrayRef({a.size(0), b.size(1)}), "addmm_: self has shape ", self.sizes(),
+              " but the product has shape [", a.size(0), ", ", b.size(1), "]");
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::addmm_>::call(self, a, b, beta, alpha);
+  run_checked("aten::addmm_", self, a, b, self, beta, alpha);
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mm", mm);
+  m.impl("mm.out", mm_out);
+  m.impl("addmm", addmm);
+  m.impl("addmm.out", addmm_out);
+  m.impl("addmm_", addmm_);
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,118 @@
+// sum and mean over any dims, as TPU_OP_SUM / TPU_OP_MEAN records. The
+// kernel writes a keepdim-shaped view of the output, so keepdim=False and
+// out= need no extra copies.
+#include <ATen/WrapDimUtilsMulti.h>
+#include <ATen/native/Resize.h>
+#include <torch/library.h>
+
+#include <bitset>
+
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+struct ReduceKind {
+  tpu_op_code code;
+  const char* name;
+};
+
+const ReduceKind kSum{TPU_OP_SUM, "aten::sum"};
+const ReduceKind kMean{TPU_OP_MEAN, "aten::mean"};
+
+at::ScalarType reduce_dtype(const ReduceKind& k, const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  if (dtype.has_value()) return *dtype;
+  const at::ScalarType in = self.scalar_type();
+  if (k.code == TPU_OP_SUM && at::isIntegralType(in, /*includeBool=*/true)) return at::kLong;
+  return in;
+}
+
+// Bit d set for every reduced dim; an empty list means all dims.
+uint32_t reduce_mask(const at::Tensor& self, at::OptionalIntArrayRef dims) {
+  const int64_t ndim = self.dim();
+  if (!dims.has_value() || dims->empty()) return ndim == 0 ? 0u : static_cast<uint32_t>((1ull << ndim) - 1);
+  const std::bitset<64> bits = at::dim_list_to_bitset(*dims, ndim);  // wraps and rejects repeats
+  return ndim == 0 ? 0u : static_cast<uint32_t>(bits.to_ullong());
+}
+
+std::vector<int64_t> reduced_shape(const at::Tensor& self, uint32_t mask, bool keepdim) {
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d < self.dim(); d++) {
+    if (mask & (1u << d)) {
+      if (keepdim) shape.push_back(1);
+    } else {
+      shape.push_back(self.size(d));
+    }
+  }
+  return shape;
+}
+
+// `out` has the final shape; submit the op on its keepdim-shaped view.
+void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdim, const at::Tensor& out) {
+  TORCH_CHECK(self.dim() <= TPU_MAX_DIMS, k.name, ": tpu reductions take at most ", TPU_MAX_DIMS, " dims, got ",
+              self.dim());
+  at::Tensor out_kd = out;
+  if (!keepdim)
+    for (int64_t d = 0; d < self.dim(); d++)
+      if (mask & (1u << d)) out_kd = out_kd.unsqueeze(d);
+  if (out_kd.numel() == 0) return;
+  tpu_op op{};
+  op.code = k.code;
+  op.n_in = 1;
+  op.out = describe(out_kd);
+  op.in[0] = describe(self);
+  op.p.reduce.mask = mask;
+  submit(self.device().index(), op, k.name);
+}
+
+void check_inputs(const ReduceKind& k, const at::Tensor& self, at::ScalarType out_type) {
+  TORCH_CHECK_TYPE(!self.is_complex(), k.name, ": complex tensors are not supported on tpu yet");
+  if (k.code == TPU_OP_MEAN)
+    TORCH_CHECK(at::isFloatingType(out_type),
+                "mean(): could not infer output dtype. ",
+                "Input dtype must be either a floating point or complex dtype. Got: ", out_type);
+}
+
+at::Tensor functional(const ReduceKind& k, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                      std::optional<at::ScalarType> dtype) {
+  const at::ScalarType type = reduce_dtype(k, self, dtype);
+  check_inputs(k, self, type);
+  const uint32_t mask = reduce_mask(self, dims);
+  at::Tensor out = at::empty(reduced_shape(self, mask, keepdim), self.options().dtype(type));
+  run(k, self, mask, keepdim, out);
+  return out;
+}
+
+at::Tensor& out_variant(const ReduceKind& k, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                        std::optional<at::ScalarType> dtype, at::Tensor& out) {
+  TORCH_CHECK(out.device() == self.device(), k.name, ": expected out on ", self.device(), ", got ", out.device());
+  const at::ScalarType type = dtype.value_or(out.scalar_type());
+  check_inputs(k, self, type);
+  TORCH_CHECK(!dtype.has_value() || *dtype == out.scalar_type(), k.name, ": expected out dtype ", *dtype,
+              " but got ", out.scalar_type());
+  const uint32_t mask = reduce_mask(self, dims);
+  at::native::resize_output(out, reduced_shape(self, mask, keepdim));
+  run(k, self, mask, keepdim, out);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sum.dim_IntList", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                               std::optional<at::ScalarType> dtype) {
+    return functional(kSum, self, dims, keepdim, dtype);
+  });
+  m.impl("sum.IntList_out", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                               std::optional<at::ScalarType> dtype, at::Tensor& out) -> at::Tensor& {
+    return out_variant(kSum, self, dims, keepdim, dtype, out);
+  });
+  m.impl("mean.dim", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                        std::optional<at::ScalarType> dtype) { return functional(kMean, self, dims, keepdim, dtype); });
+  m.impl("mean.out", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                        std::optional<at::ScalarType> dtype, at::Tensor& out) -> at::Tensor& {
+    return out_variant(kMean, self, dims, keepdim, dtype, out);
+  });
+}
+
+}  // namespace torch_tpu

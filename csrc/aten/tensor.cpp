@@ -1,0 +1,163 @@
+// The ops every backend must provide natively: allocation, views, resize,
+// set_, scalar reads, fill and record_stream. Views only rewrite metadata,
+// so they reuse ATen's device-independent implementations.
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+const char* kSupportedDtypes =
+    "float32, float64, float16, bfloat16, int8, int16, int32, int64, uint8, bool";
+
+void check_dtype(at::ScalarType type, const char* op) {
+  tpu_dtype d;
+  TORCH_CHECK_TYPE(to_tpu_dtype(type, &d), op, ": tpu does not support dtype ", type, " (supported: ",
+                   kSupportedDtypes, ")");
+}
+
+c10::DeviceIndex target_chip(std::optional<c10::Device> device, const char* op) {
+  const c10::Device d = c10::device_or_default(device);
+  TORCH_CHECK(d.type() == kTpu, op, ": expected a tpu device, got ", d);
+  const c10::DeviceIndex index = d.has_index() ? d.index() : current_chip();
+  check_chip_index(index, op);
+  return index;
+}
+
+void check_layout(std::optional<c10::Layout> layout, const char* op) {
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, op,
+              ": tpu supports only strided tensors, got layout ", c10::layout_or_default(layout));
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  const c10::DeviceIndex chip = target_chip(device, "empty");
+  check_layout(layout, "empty");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "empty: only CPU tensors can be pinned");
+  const at::ScalarType type = c10::dtype_or_default(dtype);
+  check_dtype(type, "empty");
+  c10::DeviceGuard guard(c10::Device(kTpu, chip));
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   type, memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  const c10::DeviceIndex chip = target_chip(device, "empty_strided");
+  check_layout(layout, "empty_strided");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "empty_strided: only CPU tensors can be pinned");
+  const at::ScalarType type = c10::dtype_or_default(dtype);
+  check_dtype(type, "empty_strided");
+  c10::DeviceGuard guard(c10::Device(kTpu, chip));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  return at::cpu::as_strided(self, size, stride, storage_offset);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  for (int64_t s : size) TORCH_CHECK(s >= 0, "resize_: sizes must be non-negative, got ", size);
+  auto* impl = self.unsafeGetTensorImpl();
+  const size_t needed = at::detail::computeStorageNbytesContiguous(size, self.dtype().itemsize(),
+                                                                   self.storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  impl->set_sizes_contiguous(size);
+  const auto format = memory_format.value_or(c10::MemoryFormat::Contiguous);
+  if (format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(format);
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kTpu, "set_: expected a tpu storage, got one on ", source.device());
+  return at::cpu::set_(self, source, offset, size, stride);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  TORCH_CHECK(source.device().type() == kTpu, "set_: expected a tpu storage, got one on ", source.device());
+  return at::cpu::set_(self, source);
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  TORCH_CHECK(source.device().type() == kTpu, "set_: expected a tpu tensor, got one on ", source.device());
+  return at::cpu::set_(self, source);
+}
+
+at::Tensor& set_empty(at::Tensor& self) { return at::cpu::set_(self); }
+
+// .item(): waits for the value through a device-to-host copy.
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  copy_tensor(host, self.reshape({}), /*non_blocking=*/false);
+  return host.item();
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
+  if (self.numel() == 0) return self;
+  TORCH_CHECK_TYPE(!value.isComplex(), "fill_: cannot fill a ", self.scalar_type(),
+                   " tensor with the complex value ", value);
+  at::assert_no_internal_overlap(self);
+  tpu_op op{};
+  op.code = TPU_OP_FILL;
+  describe_elementwise("fill_", {&self}, &op.out);
+  op.p.fill.value = to_tpu_scalar(value);
+  submit(self.device().index(), op, "aten::fill_.Scalar");
+  return self;
+}
+
+at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
+  return fill_scalar(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kTpu, "record_stream: expected a tpu stream, got ", stream);
+  if (self.storage().data() == nullptr) return;
+  TPU_CHECK_STATUS(tpu_mem_record_stream(self.storage().mutable_data(), c_stream(stream)));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("fill_.Scalar", fill_scalar);
+  m.impl("fill_.Tensor", fill_tensor);
+  m.impl("zero_", zero_);
+  m.impl("record_stream", record_stream);
+}
+
+}  // namespace torch_tpu

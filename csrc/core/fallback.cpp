@@ -1,0 +1,111 @@
+// The global CPU fallback (see fallback.h): every op without a native
+// kernel still works, and every such op is visible.
+#include "core/fallback.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "core/generator.h"
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+std::mutex g_stats_mutex;
+std::map<std::string, int64_t> g_stats;      // calls since reset
+std::map<std::string, bool> g_warned;        // warned once per process
+
+bool fallback_error_from_env() {
+  const char* v = std::getenv("TORCH_TPU_FALLBACK");
+  return v && std::string(v) == "error";
+}
+std::atomic<bool> g_fallback_error{fallback_error_from_env()};
+
+bool is_generator_arg(const c10::Argument& arg) {
+  const auto& type = arg.real_type();
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (type->kind() != c10::TypeKind::OptionalType) return false;
+  return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// The chip of the first tpu tensor among the op's arguments, else the
+// current chip.
+c10::DeviceIndex chip_of_args(const torch::jit::Stack& stack, size_t first, size_t count) {
+  for (size_t i = first; i < first + count; i++) {
+    const auto& iv = stack[i];
+    if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().device().type() == c10::DeviceType::PrivateUse1)
+      return iv.toTensor().device().index();
+  }
+  return current_chip();
+}
+
+// splitmix64: decorrelates CPU seeds derived from (seed, offset) pairs.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Replaces a missing or tpu generator argument by a fresh CPU generator
+// seeded from the tpu generator's (seed, next offset).
+void derive_cpu_generators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); i++) {
+    if (!is_generator_arg(args[i])) continue;
+    c10::IValue& iv = (*stack)[first + i];
+    std::optional<at::Generator> given;
+    if (iv.isGenerator()) {
+      if (iv.toGenerator().device().type() != c10::DeviceType::PrivateUse1) continue;  // a CPU generator: keep
+      given = iv.toGenerator();
+    }
+    TpuGeneratorImpl* gen = get_generator(given, chip_of_args(*stack, first, args.size()));
+    const uint64_t seed = mix64(gen->current_seed() ^ mix64(gen->take_offset()));
+    iv = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(seed));
+  }
+}
+
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::string name = c10::toString(op.schema().operator_name());
+  bool warn = false;
+  {
+    std::lock_guard<std::mutex> lock(g_stats_mutex);
+    g_stats[name]++;
+    if (!g_warned[name]) warn = g_warned[name] = true;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!g_fallback_error.load(), "tpu has no native kernel for ", name,
+                              " and fallbacks are errors (TORCH_TPU_FALLBACK=error)");
+  if (warn)
+    TORCH_WARN(name, " has no native tpu kernel yet and runs on the CPU (copies in and out). "
+               "torch.tpu.fallback_stats() counts these calls.");
+  derive_cpu_generators(op, stack);
+  at::native::cpu_fallback(op, stack);
+}
+
+std::vector<std::pair<std::string, int64_t>> fallback_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  return {g_stats.begin(), g_stats.end()};
+}
+
+void reset_fallback_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  g_stats.clear();
+}
+
+void set_fallback_error(bool on) { g_fallback_error.store(on); }
+bool fallback_error() { return g_fallback_error.load(); }
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+}  // namespace torch_tpu

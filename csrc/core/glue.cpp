@@ -1,0 +1,195 @@
+// Status translation, tensor descriptors, current chip/stream state and op
+// submission: the pieces every registration file uses (see glue.h).
+#include "core/glue.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+namespace torch_tpu {
+
+[[noreturn]] void throw_status(tpu_status status, const char* expr, const char* file, int line) {
+  std::string msg = tpu_last_error_message();
+  if (msg.empty()) msg = std::string(expr) + " failed";
+  msg += " [" + std::string(tpu_status_str(status)) + " at " + file + ":" + std::to_string(line) + "]";
+  tpu_clear_error();
+  switch (status) {
+    case TPU_ERR_OUT_OF_MEMORY:
+      TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+    case TPU_ERR_INVALID_ARG:
+      TORCH_CHECK_VALUE(false, msg);
+    case TPU_ERR_UNSUPPORTED_DTYPE:
+      TORCH_CHECK_TYPE(false, msg);
+    default:
+      TORCH_CHECK(false, msg);
+  }
+}
+
+void ensure_runtime() { TPU_CHECK_STATUS(tpu_runtime_init()); }
+
+c10::DeviceIndex chip_count() noexcept {
+  if (tpu_runtime_init() != TPU_OK) {
+    tpu_clear_error();
+    return 0;
+  }
+  return static_cast<c10::DeviceIndex>(tpu_chip_count());
+}
+
+void check_chip_index(c10::DeviceIndex index, const char* what) {
+  ensure_runtime();
+  const int count = tpu_chip_count();
+  TORCH_CHECK(index >= 0 && index < count, what, ": invalid device index tpu:", static_cast<int>(index),
+              " (this process has ", count, " tpu chip", count == 1 ? "" : "s",
+              "; set TORCH_TPU_CHIPS for more)");
+}
+
+namespace {
+// Per thread, as on CUDA: the current chip, and per chip the index of the
+// current stream (0 = default stream).
+constexpr int kMaxChips = 64;
+thread_local c10::DeviceIndex tls_chip = 0;
+thread_local std::array<int, kMaxChips> tls_stream_index{};
+}  // namespace
+
+c10::DeviceIndex current_chip() { return tls_chip; }
+
+void set_current_chip(c10::DeviceIndex index) {
+  check_chip_index(index, "set_device");
+  tls_chip = index;
+}
+
+c10::Stream current_stream(c10::DeviceIndex index) {
+  if (index < 0) index = tls_chip;
+  check_chip_index(index, "current_stream");
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
+                     tls_stream_index[index]);
+}
+
+void set_current_stream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "set_stream: expected a tpu stream, got ",
+              stream);
+  check_chip_index(stream.device_index(), "set_stream");
+  TORCH_CHECK(stream.id() >= 0 && stream.id() < TPU_STREAMS_MAX, "set_stream: invalid tpu stream id ",
+              stream.id());
+  tls_stream_index[stream.device_index()] = static_cast<int>(stream.id());
+}
+
+tpu_stream* c_stream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "expected a tpu stream, got ", stream);
+  check_chip_index(stream.device_index(), "stream");
+  TORCH_CHECK(stream.id() >= 0 && stream.id() < TPU_STREAMS_MAX, "invalid tpu stream id ", stream.id());
+  tpu_stream* s = nullptr;
+  TPU_CHECK_STATUS(tpu_stream_get(stream.device_index(), static_cast<int>(stream.id()), &s));
+  return s;
+}
+
+tpu_stream* current_c_stream(c10::DeviceIndex index) { return c_stream(current_stream(index)); }
+
+bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out) {
+  switch (type) {
+    case at::kFloat: *out = TPU_DTYPE_F32; return true;
+    case at::kDouble: *out = TPU_DTYPE_F64; return true;
+    case at::kHalf: *out = TPU_DTYPE_F16; return true;
+    case at::kBFloat16: *out = TPU_DTYPE_BF16; return true;
+    case at::kChar: *out = TPU_DTYPE_I8; return true;
+    case at::kShort: *out = TPU_DTYPE_I16; return true;
+    case at::kInt: *out = TPU_DTYPE_I32; return true;
+    case at::kLong: *out = TPU_DTYPE_I64; return true;
+    case at::kByte: *out = TPU_DTYPE_U8; return true;
+    case at::kBool: *out = TPU_DTYPE_BOOL; return true;
+    default: return false;
+  }
+}
+
+bool describable(const at::Tensor& t) {
+  tpu_dtype d;
+  return t.dim() <= TPU_MAX_DIMS && to_tpu_dtype(t.scalar_type(), &d);
+}
+
+tpu_tensor describe(const at::Tensor& t) {
+  tpu_tensor d{};
+  TORCH_INTERNAL_ASSERT(describable(t));
+  to_tpu_dtype(t.scalar_type(), &d.dtype);
+  d.data = t.numel() == 0 ? nullptr : t.data_ptr();
+  d.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t i = 0; i < t.dim(); i++) {
+    d.sizes[i] = t.size(i);
+    d.strides[i] = t.stride(i);
+  }
+  return d;
+}
+
+tpu_scalar to_tpu_scalar(const c10::Scalar& s) {
+  TORCH_CHECK(!s.isComplex(), "tpu: complex scalars are not supported yet (got ", s, ")");
+  tpu_scalar r;
+  if (s.isBoolean()) {
+    r.i = s.toBool() ? 1 : 0;
+    r.f = static_cast<double>(r.i);
+  } else if (s.isIntegral(false)) {
+    r.i = s.toLong();
+    r.f = static_cast<double>(r.i);
+  } else {
+    r.f = s.toDouble();
+    // Integer compute never reads a float scalar: the glue promotes first.
+    r.i = 0;
+  }
+  return r;
+}
+
+void describe_elementwise(const char* op, std::initializer_list<const at::Tensor*> tensors, tpu_tensor* out) {
+  const at::Tensor& first = **tensors.begin();
+  const int64_t ndim = first.dim();
+  std::vector<int64_t> sizes(first.sizes().begin(), first.sizes().end());
+  std::vector<std::vector<int64_t>> strides;
+  for (const at::Tensor* t : tensors) {
+    TORCH_INTERNAL_ASSERT(t->sizes() == first.sizes());
+    strides.emplace_back(t->strides().begin(), t->strides().end());
+  }
+  // Fold dim d into the dim being grown (`cur`) when, for every tensor,
+  // stepping once in `cur` equals stepping over all of d; size-1 dims fold
+  // into anything.
+  int64_t cur = -1;
+  for (int64_t d = 0; d < ndim; d++) {
+    if (sizes[d] == 1 && ndim > 1) continue;
+    bool merge = cur >= 0;
+    for (size_t k = 0; k < strides.size() && merge; k++)
+      merge = strides[k][cur] == strides[k][d] * sizes[d];
+    if (merge) {
+      sizes[cur] *= sizes[d];
+      for (auto& st : strides) st[cur] = st[d];
+    } else {
+      cur++;
+      sizes[cur] = sizes[d];
+      for (auto& st : strides) st[cur] = st[d];
+    }
+  }
+  const int64_t rank = ndim == 0 ? 0 : std::max<int64_t>(cur + 1, 1);
+  if (ndim > 0 && cur < 0) {  // every dim had size 1
+    sizes[0] = 1;
+    for (auto& st : strides) st[0] = 1;
+  }
+  TORCH_CHECK(rank <= TPU_MAX_DIMS, op, ": tpu kernels take at most ", TPU_MAX_DIMS,
+              " dims after merging contiguous ones; these tensors still have ", rank);
+  size_t k = 0;
+  for (const at::Tensor* t : tensors) {
+    tpu_tensor& d = out[k];
+    d = tpu_tensor{};
+    TORCH_CHECK_TYPE(to_tpu_dtype(t->scalar_type(), &d.dtype), op, ": tpu does not support dtype ",
+                     t->scalar_type());
+    d.data = t->numel() == 0 ? nullptr : const_cast<void*>(t->const_data_ptr());
+    d.ndim = static_cast<int32_t>(rank);
+    for (int64_t i = 0; i < rank; i++) {
+      d.sizes[i] = sizes[i];
+      d.strides[i] = strides[k][i];
+    }
+    k++;
+  }
+}
+
+void submit(c10::DeviceIndex chip, tpu_op& op, const char* name) {
+  op.name = name;
+  TPU_CHECK_STATUS(tpu_stream_submit(current_c_stream(chip), &op));
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,89 @@
+// The small vocabulary every csrc/ file shares: turning C statuses into
+// PyTorch exceptions, describing ATen tensors as C tensor records, finding
+// the current stream, and submitting an op record. Metadata only: anything
+// that computes on elements belongs in src/.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Stream.h>
+
+#include <initializer_list>
+
+extern "C" {
+#include "tpu/op.h"
+#include "tpu/runtime.h"
+}
+
+namespace torch_tpu {
+
+// Raises the PyTorch exception that matches a failed C status, with the C
+// library's message, the call site, and the C status name.
+[[noreturn]] void throw_status(tpu_status status, const char* expr, const char* file, int line);
+
+// Evaluates a tpu_status expression and raises on failure.
+#define TPU_CHECK_STATUS(expr)                                               \
+  do {                                                                       \
+    tpu_status tpu_check_status_ = (expr);                                   \
+    if (tpu_check_status_ != TPU_OK)                                         \
+      ::torch_tpu::throw_status(tpu_check_status_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// Initialises the runtime or raises (bad configuration, forked child).
+void ensure_runtime();
+
+// Number of chips; 0 if the runtime cannot start (never raises).
+c10::DeviceIndex chip_count() noexcept;
+
+// Raises IndexError-like errors for an index outside [0, chip_count()).
+void check_chip_index(c10::DeviceIndex index, const char* what);
+
+// The calling thread's current chip and, per chip, its current stream.
+c10::DeviceIndex current_chip();
+void set_current_chip(c10::DeviceIndex index);
+c10::Stream current_stream(c10::DeviceIndex index);
+void set_current_stream(const c10::Stream& stream);
+
+// The C stream behind a c10::Stream of this device (id = stream index).
+tpu_stream* c_stream(const c10::Stream& stream);
+tpu_stream* current_c_stream(c10::DeviceIndex index);
+
+// tpu_dtype for an ATen dtype; false if the virtual TPU has no such dtype.
+bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out);
+
+// True if every tensor's rank fits a C tensor record and its dtype is one
+// the virtual TPU has; ops route other inputs to the CPU fallback.
+bool describable(const at::Tensor& t);
+
+// Describes a tensor (device or host memory) as a C record. The tensor must
+// be describable().
+tpu_tensor describe(const at::Tensor& t);
+
+// A host scalar in both forms (see tpu_scalar in op.h).
+tpu_scalar to_tpu_scalar(const c10::Scalar& s);
+
+// Describes tensors of equal sizes for an element-wise op, first merging
+// adjacent dims that every tensor stores contiguously relative to each
+// other: fewer dims make the kernels' loops shorter and let contiguous data
+// take the fast paths. Raises if more than TPU_MAX_DIMS dims remain or a
+// dtype is not one the virtual TPU has; `op` names the op in the message.
+void describe_elementwise(const char* op, std::initializer_list<const at::Tensor*> tensors, tpu_tensor* out);
+
+// Submits an op to the current stream of `chip` under a static name
+// ("aten::add.out") used in kernel error messages.
+void submit(c10::DeviceIndex chip, tpu_op& op, const char* name);
+
+// Copies between any two describable tensors of equal sizes, either of
+// which may live on the host, converting dtypes; see copy.cpp.
+void copy_tensor(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
+
+// The device allocator (csrc/core/allocator.cpp) and the pinned host one.
+c10::Allocator* device_allocator();
+c10::Allocator* pinned_host_allocator();
+bool is_pinned_host_ptr(const void* ptr);
+
+// Gives a tpu storage `nbytes` of new memory on its chip, keeping the first
+// min(old, new) bytes (copied in stream order). Raises for a non-resizable
+// storage or on OOM (the old memory is then untouched).
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
+
+}  // namespace torch_tpu

@@ -1,0 +1,74 @@
+// torch_tpu._C: the few runtime facts torch.tpu needs that PyTorch's own
+// device-generic bindings (torch.accelerator, torch.Stream, torch.Event)
+// do not already reach through the guard, hooks and allocator.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "core/fallback.h"
+#include "core/generator.h"
+#include "core/glue.h"
+
+namespace torch_tpu {
+namespace {
+
+py::dict device_properties(c10::DeviceIndex index) {
+  check_chip_index(index, "get_device_properties");
+  tpu_chip_props p{};
+  TPU_CHECK_STATUS(tpu_chip_get_props(index, &p));
+  static const char* generations[] = {"v5e", "v5p", "v6e", "v7x"};
+  static_assert(sizeof generations / sizeof generations[0] == TPU_GEN_COUNT, "one name per generation");
+  py::dict d;
+  d["name"] = std::string(p.name);
+  d["generation"] = std::string(generations[p.generation]);
+  d["total_memory"] = p.total_memory;
+  d["hbm_bytes"] = p.hbm_bytes;
+  d["hbm_bandwidth"] = p.hbm_bandwidth;
+  d["peak_bf16_flops"] = p.peak_bf16_flops;
+  d["mxu_size"] = p.mxu_size;
+  d["chip_count"] = p.chip_count;
+  return d;
+}
+
+void set_mode(const std::string& name) {
+  for (int m = 0; m < TPU_MODE_COUNT; m++) {
+    if (name == tpu_mode_name(static_cast<tpu_mode>(m))) {
+      TPU_CHECK_STATUS(tpu_mode_set(static_cast<tpu_mode>(m)));
+      return;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "set_mode: unknown mode '", name, "' (expected 'strict', 'debug' or 'fused')");
+}
+
+}  // namespace
+}  // namespace torch_tpu
+
+PYBIND11_MODULE(_C, m) {
+  using namespace torch_tpu;
+  m.doc() = "torch-tpu runtime bindings";
+  m.def("_init", &ensure_runtime);
+  m.def("_device_count", []() { return static_cast<int>(chip_count()); });
+  m.def("_is_in_bad_fork", []() { return tpu_runtime_is_forked(); });
+  m.def("_current_device", []() { return static_cast<int>(current_chip()); });
+  m.def("_set_device", [](int index) { set_current_chip(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_get_device_properties", [](int index) { return device_properties(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_synchronize", [](int index) {
+    check_chip_index(static_cast<c10::DeviceIndex>(index), "synchronize");
+    py::gil_scoped_release no_gil;
+    TPU_CHECK_STATUS(tpu_chip_synchronize(index));
+  });
+  m.def("_set_mode", &set_mode);
+  m.def("_get_mode", []() { return std::string(tpu_mode_name(tpu_mode_get())); });
+  m.def("_num_threads", []() { return tpu_pool_num_threads(); });
+  m.def("_fallback_stats", []() {
+    py::dict d;
+    for (const auto& [name, calls] : fallback_stats()) d[py::str(name)] = calls;
+    return d;
+  });
+  m.def("_reset_fallback_stats", &reset_fallback_stats);
+  m.def("_set_fallback_error", &set_fallback_error);
+  m.def("_get_fallback_error", &fallback_error);
+  m.def("_default_generator", [](int index) {
+    const at::Generator& gen = default_generator(static_cast<c10::DeviceIndex>(index));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+  });
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up (if needed) and runs every test: the C unit tests (plain, then
+# under AddressSanitizer and UndefinedBehaviorSanitizer), then the pytest
+# suites against PyTorch's CPU backend.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+. .venv/bin/activate
+make -s test
+make -s sanitize
+python -m pytest -q tests "$@"

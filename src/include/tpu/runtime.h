@@ -1,0 +1,227 @@
+/* The torch-tpu runtime: chips, device memory, streams, events, modes and
+ * the intra-op thread pool. Plain C, no PyTorch.
+ *
+ * Thread safety: every function here may be called from any thread.
+ * Fork: after fork() the child's runtime refuses every call with
+ * TPU_ERR_FORKED (worker threads do not survive fork), unless the parent
+ * had never initialised it. */
+#ifndef TPU_RUNTIME_H
+#define TPU_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/export.h"
+#include "tpu/op.h"
+#include "tpu/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ init */
+
+/* Reads the configuration once (TORCH_TPU_CHIPS, TORCH_TPU_GENERATION,
+ * TORCH_TPU_MEMORY_LIMIT, TORCH_TPU_NUM_THREADS, TPU_LAUNCH_BLOCKING,
+ * TORCH_TPU_DEFER_AND_FUSE, TORCH_TPU_REFERENCE) and builds the chip table.
+ * Idempotent and thread-safe. Returns TPU_ERR_INVALID_ARG with a message
+ * for a malformed variable (the runtime then stays uninitialised and the
+ * next call tries again), TPU_ERR_FORKED in a forked child. Every other
+ * function calls it implicitly. */
+TPU_API tpu_status tpu_runtime_init(void);
+
+/* True when this process is a fork() child of a process that had
+ * initialised the runtime. */
+TPU_API bool tpu_runtime_is_forked(void);
+
+/* ----------------------------------------------------------------- chips */
+
+typedef enum {
+    TPU_GEN_V5E = 0,
+    TPU_GEN_V5P,
+    TPU_GEN_V6E,
+    TPU_GEN_V7X,
+    TPU_GEN_COUNT
+} tpu_generation;
+
+/* What a modeled chip generation is. */
+typedef struct {
+    char name[32];              /* "TPU v5e (virtual)" */
+    tpu_generation generation;
+    uint64_t total_memory;      /* bytes this chip may allocate (HBM, or the limit) */
+    uint64_t hbm_bytes;         /* the generation's HBM capacity */
+    double hbm_bandwidth;       /* bytes per second */
+    double peak_bf16_flops;     /* FLOP/s of the matrix units in bf16 */
+    int32_t mxu_size;           /* matrix unit is mxu_size x mxu_size */
+    int32_t chip_count;         /* chips in this process */
+} tpu_chip_props;
+
+/* Number of chips (TORCH_TPU_CHIPS, default 1); 0 if init failed. */
+TPU_API int tpu_chip_count(void);
+
+/* Fills *out for chip `chip`. TPU_ERR_INVALID_DEVICE if out of range. */
+TPU_API tpu_status tpu_chip_get_props(int chip, tpu_chip_props *out);
+
+/* Looks up a generation by its short name ("v5e", "v5p", "v6e", "v7x"),
+ * case-insensitive. TPU_ERR_INVALID_ARG for any other name. */
+TPU_API tpu_status tpu_generation_from_name(const char *name, tpu_generation *out);
+
+/* Waits for all work on every stream of `chip`; returns the first error
+ * kept on one of them (each error is reported once). */
+TPU_API tpu_status tpu_chip_synchronize(int chip);
+
+/* --------------------------------------------------------------- streams */
+
+typedef struct tpu_stream tpu_stream;
+
+/* Streams per chip: index 0 is the default stream, 1 .. TPU_STREAMS_MAX-1
+ * are pool streams created on first use (each owns a worker thread). */
+#define TPU_STREAMS_MAX 32
+
+/* Returns in *out the stream `index` of `chip`, creating it if needed.
+ * Streams live until the process exits. */
+TPU_API tpu_status tpu_stream_get(int chip, int index, tpu_stream **out);
+
+/* Returns in *out the next pool stream of `chip`, round-robin over
+ * 1 .. TPU_STREAMS_MAX-1, as CUDA's stream pool does. */
+TPU_API tpu_status tpu_stream_next_from_pool(int chip, tpu_stream **out);
+
+TPU_API int tpu_stream_chip(const tpu_stream *stream);
+TPU_API int tpu_stream_index(const tpu_stream *stream);
+
+/* Submits an op: checks it (tpu_op_check) on the calling thread, stamps it
+ * with the next sequence number, and queues a copy of it (the caller's
+ * record may be reused at once). In debug mode the stream is drained and
+ * the op runs before the call returns; its kernel error is returned here.
+ * In strict and fused modes a kernel error is kept on the stream and
+ * returned by the next synchronising call. */
+TPU_API tpu_status tpu_stream_submit(tpu_stream *stream, const tpu_op *op);
+
+/* Queues fn(ctx) to run on the stream's worker after all earlier work,
+ * e.g. to release host buffers an asynchronous copy reads. fn must not
+ * call back into the stream. In debug mode it runs before return. */
+TPU_API tpu_status tpu_stream_submit_host_fn(tpu_stream *stream, void (*fn)(void *ctx),
+                                             void *ctx);
+
+/* Waits until every record submitted so far has run. Returns the error kept
+ * on the stream, if any, and forgets it: it is reported once. */
+TPU_API tpu_status tpu_stream_synchronize(tpu_stream *stream);
+
+/* *done = true if every record submitted so far has run. */
+TPU_API tpu_status tpu_stream_query(tpu_stream *stream, bool *done);
+
+/* ---------------------------------------------------------------- events */
+
+typedef struct tpu_event tpu_event;
+
+/* Creates an unrecorded event. An unrecorded event counts as complete. */
+TPU_API tpu_status tpu_event_create(tpu_event **out);
+
+/* Destroys an event. Safe while records on streams still refer to it. */
+TPU_API void tpu_event_free(tpu_event *event);
+
+/* Records the event at the current end of `stream`. The first record binds
+ * the event to the stream's chip; recording it later on another chip's
+ * stream is TPU_ERR_WRONG_DEVICE. */
+TPU_API tpu_status tpu_event_record(tpu_event *event, tpu_stream *stream);
+
+/* Makes later records of `stream` wait until the event's recorded point has
+ * run. Waiting on an unrecorded event does nothing. Streams of any chip may
+ * wait on an event (chips of one host share an interconnect). */
+TPU_API tpu_status tpu_stream_wait_event(tpu_stream *stream, tpu_event *event);
+
+TPU_API tpu_status tpu_event_query(tpu_event *event, bool *done);
+
+/* Waits for the recorded point; returns (once) the error kept on the
+ * stream it was recorded on. */
+TPU_API tpu_status tpu_event_synchronize(tpu_event *event);
+
+/* Milliseconds between two completed records. TPU_ERR_INVALID_ARG if either
+ * was never recorded or has not completed. */
+TPU_API tpu_status tpu_event_elapsed_ms(tpu_event *start, tpu_event *end, double *ms);
+
+/* Chip an event is bound to, -1 if never recorded. */
+TPU_API int tpu_event_chip(const tpu_event *event);
+
+/* ---------------------------------------------------------------- memory */
+
+/* Allocator statistics of one chip, in the spirit of CUDA's caching
+ * allocator. "current" values are now; "peak" the maximum since the last
+ * reset; counts are cumulative. */
+typedef struct {
+    uint64_t allocated_bytes, allocated_bytes_peak; /* handed to callers */
+    uint64_t reserved_bytes, reserved_bytes_peak;   /* held from the system, cached included */
+    uint64_t requested_bytes;                       /* sizes asked for, before rounding */
+    uint64_t allocation_count;                      /* live allocations */
+    uint64_t num_allocs, num_frees;                 /* cumulative calls */
+    uint64_t num_segment_allocs, num_segment_frees; /* system allocations and releases */
+    uint64_t num_cache_hits;                        /* allocations served from the cache */
+    uint64_t num_alloc_retries;                     /* cache flushes to satisfy a request */
+    uint64_t num_ooms;
+} tpu_mem_stats;
+
+/* Allocates `nbytes` on `chip` for use on `stream` (NULL: the chip's
+ * default stream). A cached block last used on the same stream is reused
+ * at once; blocks are never handed to another stream before work recorded
+ * with tpu_mem_record_stream has finished. When the capacity would be
+ * exceeded the chip is synchronised and its cache released before giving
+ * up with TPU_ERR_OUT_OF_MEMORY, whose message gives the size asked, the
+ * free bytes and the capacity. nbytes == 0 returns *out = NULL, TPU_OK. */
+TPU_API tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out);
+
+/* Returns a block to its chip's cache. NULL is a no-op. A pointer this
+ * allocator did not hand out is TPU_ERR_INVALID_ARG. */
+TPU_API tpu_status tpu_mem_free(void *ptr);
+
+/* Marks that work queued on `stream` so far uses the block holding `ptr`:
+ * after the block is freed it is not reused until that work has run. */
+TPU_API tpu_status tpu_mem_record_stream(void *ptr, tpu_stream *stream);
+
+/* Chip of the live block containing `ptr` (any address inside it).
+ * TPU_ERR_INVALID_ARG if no live block contains it. */
+TPU_API tpu_status tpu_mem_chip_of(const void *ptr, int *chip);
+
+/* Synchronises the chip and releases every cached, unused block. */
+TPU_API tpu_status tpu_mem_empty_cache(int chip);
+
+TPU_API tpu_status tpu_mem_get_stats(int chip, tpu_mem_stats *out);
+TPU_API tpu_status tpu_mem_reset_peak_stats(int chip);
+TPU_API tpu_status tpu_mem_reset_accumulated_stats(int chip);
+
+/* *free_bytes = capacity - reserved; *total_bytes = capacity. */
+TPU_API tpu_status tpu_mem_get_info(int chip, uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* ----------------------------------------------------------------- modes */
+
+typedef enum {
+    TPU_MODE_STRICT = 0, /* queue on streams, wait only at sync points */
+    TPU_MODE_DEBUG,      /* run each op before submit returns */
+    TPU_MODE_FUSED,      /* strict plus fusion of element-wise chains */
+    TPU_MODE_COUNT
+} tpu_mode;
+
+/* Process-wide execution mode; switching is allowed at any time. */
+TPU_API tpu_status tpu_mode_set(tpu_mode mode);
+TPU_API tpu_mode tpu_mode_get(void);
+TPU_API const char *tpu_mode_name(tpu_mode mode);
+
+/* ----------------------------------------------------------- thread pool */
+
+/* Threads the pool runs a kernel on (TORCH_TPU_NUM_THREADS, default the
+ * number of online cores), including the calling thread. */
+TPU_API int tpu_pool_num_threads(void);
+
+/* Runs fn(ctx, ith, nth) for ith = 0 .. nth-1 concurrently, the calling
+ * thread taking ith = 0, and returns when all have returned: the first
+ * non-OK status by ith, or TPU_OK. nth is clamped to [1, pool size]. When
+ * another thread is using the pool the work runs on the calling thread
+ * with nth = 1 (kernels give the same result for any nth). */
+TPU_API tpu_status tpu_pool_run(tpu_status (*fn)(void *ctx, int ith, int nth), void *ctx,
+                                int nth);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,255 @@
+/* tpu_op_check: validates an op record before it is queued, so that the
+ * kernels can rely on it (they only assert). Every failure names the op
+ * and the offending values. */
+#include <math.h>
+#include <stdio.h>
+
+#include "kernels_internal.h"
+#include "strided.h"
+#include "tpu/op.h"
+
+/* Formats t's sizes as "[2, 3]" into buf (truncated if too long). */
+static const char *fmt_sizes(char *buf, size_t cap, const tpu_tensor *t) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int32_t d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->sizes[d]);
+    if (n < cap)
+        snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+/* Checks one tensor descriptor on its own: rank, dtype, sizes, that its
+ * element count and byte offsets fit in int64, and data for elements. */
+static tpu_status check_tensor(const tpu_op *op, const char *what, const tpu_tensor *t) {
+    const char *name = tpu_k_op_label(op);
+    if (t->ndim < 0 || t->ndim > TPU_MAX_DIMS)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has rank %d (must be 0..%d)", name,
+                             what, (int)t->ndim, TPU_MAX_DIMS);
+    if ((unsigned)t->dtype >= (unsigned)TPU_DTYPE_COUNT)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has invalid dtype value %d", name, what,
+                             (int)t->dtype);
+    int64_t numel = 1;
+    for (int32_t d = 0; d < t->ndim; d++) {
+        if (t->sizes[d] < 0)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has negative size %lld in dim %d",
+                                 name, what, (long long)t->sizes[d], (int)d);
+        if (__builtin_mul_overflow(numel, t->sizes[d], &numel))
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has too many elements", name, what);
+    }
+    if (numel == 0)
+        return TPU_OK; /* no element is ever addressed */
+    /* Lowest and highest element offsets; their byte offsets must fit too,
+     * so that every address the kernels form is well defined. */
+    int64_t lo = 0, hi = 0;
+    for (int32_t d = 0; d < t->ndim; d++) {
+        int64_t span;
+        bool bad = __builtin_mul_overflow(t->strides[d], t->sizes[d] - 1, &span);
+        bad = bad || (span < 0 ? __builtin_add_overflow(lo, span, &lo)
+                               : __builtin_add_overflow(hi, span, &hi));
+        if (bad)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has strides too large for its sizes",
+                                 name, what);
+    }
+    /* The farthest element, one past it, in bytes, must fit in int64
+     * (lo == INT64_MIN cannot be negated: treat it as too large). */
+    int64_t es = (int64_t)tpu_dtype_size(t->dtype), bytes;
+    int64_t ext = lo == INT64_MIN ? INT64_MAX : (-lo > hi ? -lo : hi);
+    if (ext == INT64_MAX || __builtin_mul_overflow(ext + 1, es, &bytes))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has strides too large for its sizes",
+                             name, what);
+    if (t->data == NULL)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has %lld elements but data is NULL",
+                             name, what, (long long)numel);
+    return TPU_OK;
+}
+
+/* The output may not overlap itself through a zero stride. */
+static tpu_status check_out_no_self_overlap(const tpu_op *op) {
+    const tpu_tensor *t = &op->out;
+    for (int32_t d = 0; d < t->ndim; d++)
+        if (t->sizes[d] > 1 && t->strides[d] == 0)
+            return tpu_set_error(TPU_ERR_INVALID_ARG,
+                                 "%s: out has stride 0 in dim %d of size %lld (it would overlap itself)",
+                                 tpu_k_op_label(op), (int)d, (long long)t->sizes[d]);
+    return TPU_OK;
+}
+
+/* in[i] must have exactly out's rank and sizes (already broadcast). */
+static tpu_status check_same_sizes(const tpu_op *op, int i) {
+    const tpu_tensor *a = &op->in[i], *o = &op->out;
+    bool same = a->ndim == o->ndim;
+    for (int32_t d = 0; same && d < o->ndim; d++)
+        same = a->sizes[d] == o->sizes[d];
+    if (!same) {
+        char sa[160], so[160];
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: in[%d] has sizes %s but out has %s",
+                             tpu_k_op_label(op), i, fmt_sizes(sa, sizeof sa, a),
+                             fmt_sizes(so, sizeof so, o));
+    }
+    return TPU_OK;
+}
+
+static tpu_status check_float_out(const tpu_op *op, const char *why) {
+    if (!tpu_dtype_is_float(op->out.dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s is not supported (%s)",
+                             tpu_k_op_label(op), tpu_dtype_name(op->out.dtype), why);
+    return TPU_OK;
+}
+
+static tpu_status check_binary(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    for (int i = 0; i < op->n_in; i++) {
+        tpu_status st = check_same_sizes(op, i);
+        if (st != TPU_OK)
+            return st;
+    }
+    bool is_bool = op->out.dtype == TPU_DTYPE_BOOL;
+    if (is_bool && (op->code == TPU_OP_SUB || op->code == TPU_OP_DIV))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported",
+                             name);
+    if (op->code == TPU_OP_DIV) {
+        tpu_rounding r = op->p.arith.rounding;
+        if ((unsigned)r > (unsigned)TPU_ROUND_FLOOR)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: invalid rounding mode %d", name,
+                                 (int)r);
+        if (r == TPU_ROUND_NONE)
+            return check_float_out(op, "true division needs a floating out");
+    }
+    return TPU_OK;
+}
+
+static tpu_status check_reduce(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *a = &op->in[0], *o = &op->out;
+    uint32_t mask = op->p.reduce.mask;
+    if (a->ndim < 32 && (mask >> a->ndim) != 0)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: mask 0x%x names dims beyond rank %d", name,
+                             (unsigned)mask, (int)a->ndim);
+    if (o->ndim != a->ndim)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: out has rank %d but in[0] has rank %d", name,
+                             (int)o->ndim, (int)a->ndim);
+    for (int32_t d = 0; d < a->ndim; d++) {
+        int64_t want = (mask >> d) & 1u ? 1 : a->sizes[d];
+        if (o->sizes[d] != want) {
+            char sa[160], so[160];
+            return tpu_set_error(TPU_ERR_SHAPE,
+                                 "%s: out has sizes %s but in[0] %s reduced by mask 0x%x needs "
+                                 "%lld in dim %d",
+                                 name, fmt_sizes(so, sizeof so, o), fmt_sizes(sa, sizeof sa, a),
+                                 (unsigned)mask, (long long)want, (int)d);
+        }
+    }
+    if (op->code == TPU_OP_MEAN)
+        return check_float_out(op, "mean needs a floating out");
+    return TPU_OK;
+}
+
+static bool is_mm_dtype(tpu_dtype dt) {
+    return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_F64 || dt == TPU_DTYPE_F16 ||
+           dt == TPU_DTYPE_BF16;
+}
+
+static tpu_status check_mm(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *a = &op->in[0], *b = &op->in[1], *o = &op->out;
+    static const char *const what[] = {"in[0]", "in[1]", "in[2]"};
+    if (o->ndim != 2)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: out must be 2-d, got %d-d", name, (int)o->ndim);
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].ndim != 2)
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: %s must be 2-d, got %d-d", name, what[i],
+                                 (int)op->in[i].ndim);
+    if (a->sizes[1] != b->sizes[0])
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: in[0] is %lldx%lld but in[1] is %lldx%lld (inner "
+                             "sizes differ)", name, (long long)a->sizes[0], (long long)a->sizes[1],
+                             (long long)b->sizes[0], (long long)b->sizes[1]);
+    if (o->sizes[0] != a->sizes[0] || o->sizes[1] != b->sizes[1])
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: out is %lldx%lld but in[0] @ in[1] is %lldx%lld",
+                             name, (long long)o->sizes[0], (long long)o->sizes[1],
+                             (long long)a->sizes[0], (long long)b->sizes[1]);
+    if (op->code == TPU_OP_ADDMM && (op->in[2].sizes[0] != o->sizes[0] ||
+                                     op->in[2].sizes[1] != o->sizes[1]))
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: in[2] is %lldx%lld but out is %lldx%lld", name,
+                             (long long)op->in[2].sizes[0], (long long)op->in[2].sizes[1],
+                             (long long)o->sizes[0], (long long)o->sizes[1]);
+    if (!is_mm_dtype(o->dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype %s is not supported (float32, "
+                             "float64, float16, bfloat16)", name, tpu_dtype_name(o->dtype));
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].dtype != o->dtype)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: %s is %s but out is %s (operands "
+                                 "must share a dtype)", name, what[i],
+                                 tpu_dtype_name(op->in[i].dtype), tpu_dtype_name(o->dtype));
+    if ((unsigned)op->p.mm.precision > (unsigned)TPU_PRECISION_MEDIUM)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: invalid precision %d", name,
+                             (int)op->p.mm.precision);
+    return TPU_OK;
+}
+
+static tpu_status check_random(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    double a = op->p.rand.a, b = op->p.rand.b;
+    tpu_status st = check_float_out(op, "random values are floating");
+    if (st != TPU_OK)
+        return st;
+    if (op->code == TPU_OP_UNIFORM && !(isfinite(a) && isfinite(b) && a <= b && isfinite(b - a)))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: range [%g, %g) is not a finite interval "
+                             "with from <= to", name, a, b);
+    if (op->code == TPU_OP_NORMAL && !(isfinite(a) && isfinite(b) && b >= 0))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: mean %g and std %g must be finite with "
+                             "std >= 0", name, a, b);
+    return TPU_OK;
+}
+
+/* Inputs each op reads: exact count, or a range for ADD..DIV. */
+static const struct {
+    int8_t min_in, max_in;
+} k_arity[] = {
+    [TPU_OP_COPY] = {1, 1}, [TPU_OP_FILL] = {0, 0},    [TPU_OP_ADD] = {1, 2},
+    [TPU_OP_SUB] = {1, 2},  [TPU_OP_MUL] = {1, 2},     [TPU_OP_DIV] = {1, 2},
+    [TPU_OP_SUM] = {1, 1},  [TPU_OP_MEAN] = {1, 1},    [TPU_OP_MM] = {2, 2},
+    [TPU_OP_ADDMM] = {3, 3}, [TPU_OP_UNIFORM] = {0, 0}, [TPU_OP_NORMAL] = {0, 0},
+};
+_Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
+               "every tpu_op_code needs an arity");
+
+tpu_status tpu_op_check(const tpu_op *op) {
+    if (op == NULL)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_check: op is NULL");
+    if ((unsigned)op->code >= (unsigned)TPU_OP_COUNT)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_check: invalid opcode %d",
+                             (int)op->code);
+    const char *name = tpu_k_op_label(op);
+    int lo = k_arity[op->code].min_in, hi = k_arity[op->code].max_in;
+    if (op->n_in < lo || op->n_in > hi)
+        return lo == hi ? tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected %d)",
+                                        name, (int)op->n_in, lo)
+                        : tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected %d to %d)",
+                                        name, (int)op->n_in, lo, hi);
+    /* Each descriptor on its own, then the out-specific rule, then the
+     * relations the op needs between them. */
+    static const char *const what[] = {"in[0]", "in[1]", "in[2]"};
+    tpu_status st = check_tensor(op, "out", &op->out);
+    for (int i = 0; st == TPU_OK && i < op->n_in; i++)
+        st = check_tensor(op, what[i], &op->in[i]);
+    if (st == TPU_OK)
+        st = check_out_no_self_overlap(op);
+    if (st != TPU_OK)
+        return st;
+    switch (op->code) {
+    case TPU_OP_COPY: return check_same_sizes(op, 0);
+    case TPU_OP_FILL: return TPU_OK;
+    case TPU_OP_ADD:
+    case TPU_OP_SUB:
+    case TPU_OP_MUL:
+    case TPU_OP_DIV: return check_binary(op);
+    case TPU_OP_SUM:
+    case TPU_OP_MEAN: return check_reduce(op);
+    case TPU_OP_MM:
+    case TPU_OP_ADDMM: return check_mm(op);
+    case TPU_OP_UNIFORM:
+    case TPU_OP_NORMAL: return check_random(op);
+    case TPU_OP_COUNT: break;
+    }
+    return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
+}

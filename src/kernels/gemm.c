@@ -1,0 +1,226 @@
+/* The fast MM/ADDMM kernel: a packed, cache-blocked f32 GEMM in the BLIS
+ * style, for f32 (all precisions), f16 and bf16 operands. f64 and K == 0
+ * go to the reference kernel.
+ *
+ * Loops, outermost first, over this share's rows [m0, m1) and columns
+ * [n0, n1) (see tpu_k_mm_split):
+ *   ic  rows in blocks of mc       A block (mc x kc) stays in L2
+ *   jc  columns in blocks of nc    B panel (kc x nc) stays in L3
+ *   pc  packed k in blocks of kc   (packed k = k * passes, matmul.h)
+ *   jr, ir  micro-tiles mr x nr    one B micro-panel stays in L1
+ * The micro-kernel keeps an mr x nr tile of accumulators in registers and
+ * continues the tile's chain from the f32 buffer C after the first pc
+ * block, so every output is the single in-order fma chain of matmul.h:
+ * the result equals the reference kernel's bit for bit. Operands are
+ * converted (f16/bf16 -> f32, precision parts) while packing, and the
+ * alpha/beta/bias step and rounding to out.dtype happen when a C block is
+ * written out. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_internal.h"
+#include "matmul.h"
+#include "strided.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TPU_K_X86 1
+#else
+#define TPU_K_X86 0
+#endif
+
+/* Computes c[0..mr)[0..nr) (row stride ldc) from packed panels a (kc
+ * steps of mr values) and b (kc steps of nr values): starting from c when
+ * `accumulate`, else from +0, then c = fma(a, b, c) for each k in order. */
+typedef void (*tpu_k_gemm_ukernel)(int64_t kc, const float *a, const float *b, float *c,
+                                   int64_t ldc, bool accumulate);
+
+/* A micro-kernel and its blocking sizes: the one table of them. */
+typedef struct {
+    const char *name;
+    int32_t mr, nr;     /* register tile */
+    int32_t mc, kc, nc; /* cache blocks; mc % mr == 0, nc % nr == 0 */
+    tpu_k_gemm_ukernel kernel;
+    bool (*available)(void);
+} tpu_k_gemm_config;
+
+/* ------------------------------------------------------ micro-kernels */
+
+/* Portable 4x8 kernel (fmaf keeps the chain identical on every CPU). */
+static void tpu_k_gemm_f32_c_4x8(int64_t kc, const float *a, const float *b, float *c,
+                                 int64_t ldc, bool accumulate) {
+    float acc[4][8];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
+    for (int64_t k = 0; k < kc; k++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++)
+                acc[i][j] = fmaf(a[k * 4 + i], b[k * 8 + j], acc[i][j]);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            c[i * ldc + j] = acc[i][j];
+}
+
+static bool always_available(void) {
+    return true;
+}
+
+#if TPU_K_X86
+/* AVX2+FMA 6x16 kernel: 12 ymm accumulators (6 rows x 2 halves of 8),
+ * two B loads and six A broadcasts per k. */
+__attribute__((target("avx2,fma"))) static void tpu_k_gemm_f32_avx2_6x16(int64_t kc,
+                                                                         const float *a,
+                                                                         const float *b, float *c,
+                                                                         int64_t ldc,
+                                                                         bool accumulate) {
+    __m256 c0[6], c1[6];
+    for (int i = 0; i < 6; i++) {
+        c0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+        c1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_load_ps(b + k * 16), b1 = _mm256_load_ps(b + k * 16 + 8);
+        for (int i = 0; i < 6; i++) {
+            __m256 ai = _mm256_broadcast_ss(a + k * 6 + i);
+            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < 6; i++) {
+        _mm256_storeu_ps(c + i * ldc, c0[i]);
+        _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+    }
+}
+#endif
+
+/* First available entry wins: fastest first, portable last. */
+static const tpu_k_gemm_config k_gemm_configs[] = {
+#if TPU_K_X86
+    {"tpu_k_gemm_f32_avx2_6x16", 6, 16, 144, 256, 2048, tpu_k_gemm_f32_avx2_6x16,
+     tpu_k_cpu_has_avx2_fma},
+#endif
+    {"tpu_k_gemm_f32_c_4x8", 4, 8, 128, 256, 2048, tpu_k_gemm_f32_c_4x8, always_available},
+};
+
+static const tpu_k_gemm_config *gemm_config(void) {
+    size_t n = sizeof k_gemm_configs / sizeof k_gemm_configs[0];
+    for (size_t i = 0; i + 1 < n; i++)
+        if (k_gemm_configs[i].available())
+            return &k_gemm_configs[i];
+    return &k_gemm_configs[n - 1];
+}
+
+/* ------------------------------------------------------------ packing */
+
+/* What packing needs to know about the op. */
+typedef struct {
+    const tpu_tensor *a, *b;
+    tpu_dtype dt;
+    tpu_precision prec;
+    int passes;
+} pack_ctx;
+
+/* Packs rows [i0, i0 + mb) x packed k [p0, p0 + kb) of A into panels of
+ * mr rows: panel q holds, for each packed k t, the values of its mr rows
+ * (dst[q * kb * mr + t * mr + r]); rows past mb are zero. */
+static void pack_a(const pack_ctx *cx, int64_t i0, int64_t mb, int64_t p0, int64_t kb, int mr,
+                   float *dst) {
+    for (int64_t ir = 0; ir < mb; ir += mr) {
+        float *panel = dst + ir * kb;
+        int64_t rows = mb - ir < mr ? mb - ir : mr;
+        for (int64_t t = 0; t < kb; t++) {
+            int64_t kk = p0 + t, k = kk / cx->passes;
+            int part = (int)(kk % cx->passes);
+            float *col = panel + t * mr;
+            for (int64_t r = 0; r < rows; r++)
+                col[r] = tpu_k_mm_part(tpu_k_mm_load(cx->a, i0 + ir + r, k), cx->dt, cx->prec,
+                                       TPU_K_MM_LHS, part);
+            for (int64_t r = rows; r < mr; r++)
+                col[r] = 0.0f;
+        }
+    }
+}
+
+/* Packs packed k [p0, p0 + kb) x columns [j0, j0 + nb) of B into panels
+ * of nr columns (dst[q * kb * nr + t * nr + c]); columns past nb are zero. */
+static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb, int nr,
+                   float *dst) {
+    for (int64_t jr = 0; jr < nb; jr += nr) {
+        float *panel = dst + jr * kb;
+        int64_t cols = nb - jr < nr ? nb - jr : nr;
+        for (int64_t t = 0; t < kb; t++) {
+            int64_t kk = p0 + t, k = kk / cx->passes;
+            int part = (int)(kk % cx->passes);
+            float *row = panel + t * nr;
+            for (int64_t c = 0; c < cols; c++)
+                row[c] = tpu_k_mm_part(tpu_k_mm_load(cx->b, k, j0 + jr + c), cx->dt, cx->prec,
+                                       TPU_K_MM_RHS, part);
+            for (int64_t c = cols; c < nr; c++)
+                row[c] = 0.0f;
+        }
+    }
+}
+
+/* 64-byte aligned buffer of n floats (rounded up to whole cache lines). */
+static float *alloc_floats(int64_t n) {
+    size_t bytes = ((size_t)n * sizeof(float) + 63u) & ~(size_t)63u;
+    return aligned_alloc(64, bytes);
+}
+
+/* ------------------------------------------------------------- driver */
+
+tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
+    if (op->out.dtype == TPU_DTYPE_F64 || op->in[0].sizes[1] == 0)
+        return tpu_k_mm_ref(op, ith, nth);
+    int64_t m0, m1, n0, n1;
+    tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
+    if (m0 >= m1 || n0 >= n1)
+        return TPU_OK;
+    const tpu_k_gemm_config *cfg = gemm_config();
+    pack_ctx cx = {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
+                   tpu_k_mm_passes(op)};
+    /* K * passes fits: K f32 elements exist, so 4 * K < 2^63. */
+    int64_t kp = op->in[0].sizes[1] * cx.passes;
+    int64_t mr = cfg->mr, nr = cfg->nr;
+    /* Blocks no larger than this share needs, padded to whole tiles. */
+    int64_t mcb = m1 - m0 < cfg->mc ? m1 - m0 : cfg->mc;
+    int64_t ncb = n1 - n0 < cfg->nc ? n1 - n0 : cfg->nc;
+    int64_t kcb = kp < cfg->kc ? kp : cfg->kc;
+    mcb = (mcb + mr - 1) / mr * mr;
+    ncb = (ncb + nr - 1) / nr * nr;
+    float *apack = alloc_floats(mcb * kcb), *bpack = alloc_floats(kcb * ncb);
+    float *cbuf = alloc_floats(mcb * ncb);
+    if (apack == NULL || bpack == NULL || cbuf == NULL) {
+        free(apack);
+        free(bpack);
+        free(cbuf);
+        return tpu_set_error(TPU_ERR_HOST_MEMORY, "%s: cannot allocate GEMM packing buffers",
+                             tpu_k_op_label(op));
+    }
+    const int64_t ldc = ncb;
+    for (int64_t ic = m0; ic < m1; ic += cfg->mc) {
+        int64_t mb = m1 - ic < cfg->mc ? m1 - ic : cfg->mc;
+        for (int64_t jc = n0; jc < n1; jc += cfg->nc) {
+            int64_t nb = n1 - jc < cfg->nc ? n1 - jc : cfg->nc;
+            for (int64_t pc = 0; pc < kp; pc += cfg->kc) {
+                int64_t kb = kp - pc < cfg->kc ? kp - pc : cfg->kc;
+                pack_b(&cx, pc, kb, jc, nb, (int)nr, bpack);
+                pack_a(&cx, ic, mb, pc, kb, (int)mr, apack);
+                /* Tiles of the C block; the first k block starts the chains. */
+                for (int64_t jr = 0; jr < nb; jr += nr)
+                    for (int64_t ir = 0; ir < mb; ir += mr)
+                        cfg->kernel(kb, apack + ir * kb, bpack + jr * kb, cbuf + ir * ldc + jr,
+                                    ldc, pc > 0);
+            }
+            /* The chains are complete: finish and store this C block. */
+            for (int64_t i = 0; i < mb; i++)
+                for (int64_t j = 0; j < nb; j++)
+                    tpu_k_mm_store_f32(op, ic + i, jc + j, cbuf[i * ldc + j]);
+        }
+    }
+    free(apack);
+    free(bpack);
+    free(cbuf);
+    return TPU_OK;
+}

@@ -1,0 +1,59 @@
+/* Private interface between the op table (op_table.c) and the kernel
+ * families. Every family has a plain reference kernel and a fast kernel
+ * with the same signature; op_table.c picks one per call. A fast kernel
+ * handles the layouts and dtypes it is specialised for and hands the rest
+ * to its family's reference kernel, so calling it is always correct.
+ *
+ * Threading contract (for every kernel below): the call computes share
+ * `ith` of `nth` (0 <= ith < nth) of an op that passed tpu_op_check.
+ * Shares are split deterministically from (ith, nth) alone, never write
+ * the same bytes, and every output value is computed by exactly one share
+ * in an order that does not depend on nth, so results are bit-identical
+ * for any nth. On a kernel-side error the share returns it (after setting
+ * the message); the output is then unspecified. */
+#ifndef TPU_KERNELS_INTERNAL_H
+#define TPU_KERNELS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tpu/op.h"
+#include "tpu/status.h"
+
+/* The one kernel signature, shared by reference and fast variants. */
+typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
+
+/* Name for messages: the submitter's name, else the opcode's. */
+const char *tpu_k_op_label(const tpu_op *op);
+
+/* True if this CPU can run the AVX2+FMA variants (x86-64 only). Cached
+ * after the first call; thread-safe. */
+bool tpu_k_cpu_has_avx2_fma(void);
+
+/* COPY and FILL (copy_fill.c). */
+tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_fill_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth);
+
+/* ADD, SUB, MUL, DIV (elementwise.c). */
+tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
+
+/* SUM, MEAN (reduce.c). */
+tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
+
+/* MM, ADDMM (matmul.c; packed GEMM in gemm.c). */
+tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);
+
+/* UNIFORM, NORMAL (random.c): one counter-based kernel, no fast variant
+ * (its cost is the Philox rounds, not memory layout). */
+tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth);
+
+/* Philox4x32-10 (Random123): one block of four 32-bit outputs for
+ * counter ctr and key. Exposed for the known-answer test. */
+void tpu_k_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+#endif

@@ -1,0 +1,169 @@
+/* The op table: names, kernel dispatch (reference or fast), and how many
+ * threads each op is worth. Every table here is indexed by tpu_op_code and
+ * guarded by a static assert, so a new op fails to compile until it is
+ * named, given kernels and given a thread policy. */
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_internal.h"
+#include "strided.h"
+#include "tpu/op.h"
+
+static const char *const k_op_names[] = {
+    [TPU_OP_COPY] = "copy",       [TPU_OP_FILL] = "fill",     [TPU_OP_ADD] = "add",
+    [TPU_OP_SUB] = "sub",         [TPU_OP_MUL] = "mul",       [TPU_OP_DIV] = "div",
+    [TPU_OP_SUM] = "sum",         [TPU_OP_MEAN] = "mean",     [TPU_OP_MM] = "mm",
+    [TPU_OP_ADDMM] = "addmm",     [TPU_OP_UNIFORM] = "uniform", [TPU_OP_NORMAL] = "normal",
+};
+_Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
+               "every tpu_op_code needs a name");
+
+/* Reference and fast kernel of each op (same signature, same results). */
+static const struct {
+    tpu_k_kernel ref, fast;
+} k_kernels[] = {
+    [TPU_OP_COPY] = {tpu_k_copy_ref, tpu_k_copy_fast},
+    [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast},
+    [TPU_OP_ADD] = {tpu_k_binary_ref, tpu_k_binary_fast},
+    [TPU_OP_SUB] = {tpu_k_binary_ref, tpu_k_binary_fast},
+    [TPU_OP_MUL] = {tpu_k_binary_ref, tpu_k_binary_fast},
+    [TPU_OP_DIV] = {tpu_k_binary_ref, tpu_k_binary_fast},
+    [TPU_OP_SUM] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
+    [TPU_OP_MEAN] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
+    [TPU_OP_MM] = {tpu_k_mm_ref, tpu_k_mm_fast},
+    [TPU_OP_ADDMM] = {tpu_k_mm_ref, tpu_k_mm_fast},
+    [TPU_OP_UNIFORM] = {tpu_k_random_ref, tpu_k_random_ref},
+    [TPU_OP_NORMAL] = {tpu_k_random_ref, tpu_k_random_ref},
+};
+_Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
+               "every tpu_op_code needs kernels");
+
+/* How an op's work grows, for the thread policy. */
+typedef enum {
+    WORK_ELEMENTS, /* one unit per output element */
+    WORK_REDUCE,   /* input elements, split over output elements */
+    WORK_GEMM,     /* M*N*K multiply-adds, split over rows or columns */
+} work_kind;
+
+static const work_kind k_work[] = {
+    [TPU_OP_COPY] = WORK_ELEMENTS, [TPU_OP_FILL] = WORK_ELEMENTS, [TPU_OP_ADD] = WORK_ELEMENTS,
+    [TPU_OP_SUB] = WORK_ELEMENTS,  [TPU_OP_MUL] = WORK_ELEMENTS,  [TPU_OP_DIV] = WORK_ELEMENTS,
+    [TPU_OP_SUM] = WORK_REDUCE,    [TPU_OP_MEAN] = WORK_REDUCE,   [TPU_OP_MM] = WORK_GEMM,
+    [TPU_OP_ADDMM] = WORK_GEMM,    [TPU_OP_UNIFORM] = WORK_ELEMENTS,
+    [TPU_OP_NORMAL] = WORK_ELEMENTS,
+};
+_Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
+               "every tpu_op_code needs a thread policy");
+
+/* Below this many elements (or GEMM multiply-adds) one thread is faster
+ * than waking the pool; above it, each thread gets at least this much. */
+enum { ELEMENTS_PER_THREAD = 32768 };
+#define GEMM_MACS_PER_THREAD (1 << 21)
+/* No op asks for more threads than this (the pool clamps further). */
+enum { MAX_THREADS = 1024 };
+
+static bool op_code_valid(int code) {
+    return (unsigned)code < (unsigned)TPU_OP_COUNT;
+}
+
+const char *tpu_op_name(tpu_op_code code) {
+    return op_code_valid(code) ? k_op_names[code] : "invalid";
+}
+
+const char *tpu_k_op_label(const tpu_op *op) {
+    return op->name ? op->name : tpu_op_name(op->code);
+}
+
+/* Clamps a wanted thread count to [1, MAX_THREADS]. */
+static int clamp_threads(int64_t want) {
+    if (want < 1)
+        return 1;
+    return want > MAX_THREADS ? MAX_THREADS : (int)want;
+}
+
+int tpu_op_max_threads(const tpu_op *op) {
+    if (op == NULL || !op_code_valid(op->code))
+        return 1;
+    switch (k_work[op->code]) {
+    case WORK_ELEMENTS: {
+        int64_t n = tpu_k_numel(&op->out);
+        return n < ELEMENTS_PER_THREAD ? 1 : clamp_threads(n / ELEMENTS_PER_THREAD);
+    }
+    case WORK_REDUCE: {
+        /* Each output value is summed by one thread, so no more threads
+         * than outputs; a reduction to one value runs on one thread. */
+        int64_t n_in = tpu_k_numel(&op->in[0]), n_out = tpu_k_numel(&op->out);
+        int64_t want = n_in / ELEMENTS_PER_THREAD;
+        return clamp_threads(want < n_out ? want : n_out);
+    }
+    case WORK_GEMM: {
+        /* Threads split the larger of M and N; count in double since
+         * M*N*K can exceed int64. */
+        int64_t m = op->out.sizes[0], n = op->out.sizes[1], k = op->in[0].sizes[1];
+        double macs = (double)m * (double)n * (double)k;
+        int64_t by_work = (int64_t)(macs / GEMM_MACS_PER_THREAD < MAX_THREADS
+                                        ? macs / GEMM_MACS_PER_THREAD
+                                        : MAX_THREADS);
+        int64_t by_rows = (m > n ? m : n) / 16; /* at least 16 rows or columns each */
+        return clamp_threads(by_work < by_rows ? by_work : by_rows);
+    }
+    }
+    return 1;
+}
+
+/* Reference mode: -1 until first read (then from TORCH_TPU_REFERENCE),
+ * else 0 or 1. Relaxed atomics suffice: it is a standalone flag that
+ * orders nothing else. */
+static atomic_int g_reference = -1;
+
+void tpu_kernels_set_reference(bool on) {
+    atomic_store_explicit(&g_reference, on ? 1 : 0, memory_order_relaxed);
+}
+
+bool tpu_kernels_get_reference(void) {
+    int v = atomic_load_explicit(&g_reference, memory_order_relaxed);
+    if (v < 0) {
+        /* First use without an explicit setting: read the environment. A
+         * racing set wins over the environment (compare-exchange). */
+        const char *env = getenv("TORCH_TPU_REFERENCE");
+        int from_env = env != NULL && strcmp(env, "1") == 0;
+        int expected = -1;
+        atomic_compare_exchange_strong_explicit(&g_reference, &expected, from_env,
+                                                memory_order_relaxed, memory_order_relaxed);
+        v = atomic_load_explicit(&g_reference, memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+bool tpu_k_cpu_has_avx2_fma(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* -1 unknown, 0 or 1 once probed; probing twice is harmless. */
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v == 1;
+#else
+    return false;
+#endif
+}
+
+tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
+    /* The record itself was checked at submit; guard only what indexing
+     * the table and splitting the work rely on. */
+    if (op == NULL)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run: op is NULL");
+    if (!op_code_valid(op->code))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run: invalid opcode %d", (int)op->code);
+    if (nth < 1 || ith < 0 || ith >= nth)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: share ith=%d of nth=%d is out of range",
+                             tpu_k_op_label(op), ith, nth);
+    tpu_k_kernel fn = tpu_kernels_get_reference() ? k_kernels[op->code].ref
+                                                  : k_kernels[op->code].fast;
+    return fn(op, ith, nth);
+}

@@ -1,0 +1,238 @@
+/* SUM and MEAN over the dims in p.reduce.mask.
+ *
+ * Accumulation type follows out.dtype: f64 for float outputs (each input
+ * loaded as f64), wrapping int64 for integer and bool outputs (each input
+ * loaded as int64, the way PyTorch casts to the requested dtype first).
+ * MEAN divides the f64 sum by the count; zero elements give SUM 0 and
+ * MEAN NaN. The result is rounded once on store.
+ *
+ * Work split: contiguous ranges of out's row-major element index. Each
+ * output value is accumulated by one share, in an order fixed by the path
+ * alone, so results do not depend on nth (a reduction to one value runs
+ * on share 0). The reference path adds in the reduced dims' row-major
+ * order; the fast paths either keep that order (leading-dims reduction)
+ * or use 16 fixed lanes (trailing-dims reduction), see below. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels_internal.h"
+#include "strided.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TPU_K_X86 1
+#else
+#define TPU_K_X86 0
+#endif
+
+/* Number of input elements folded into each output value. */
+static int64_t reduced_count(const tpu_op *op) {
+    int64_t r = 1;
+    for (int32_t d = 0; d < op->in[0].ndim; d++)
+        if ((op->p.reduce.mask >> d) & 1u)
+            r *= op->in[0].sizes[d];
+    return r;
+}
+
+/* Turns a float sum over `count` elements into the op's result. */
+static double finish_f64(const tpu_op *op, double sum, int64_t count) {
+    if (op->code == TPU_OP_MEAN)
+        return count > 0 ? sum / (double)count : NAN;
+    return sum;
+}
+
+/* ---------------------------------------------------- reference path */
+
+tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    /* Outer walk: out's shape with out's and in's strides (reduced dims
+     * have size 1 in out, so they add nothing to in's offset). Inner walk:
+     * the reduced dims only, the kept ones shrunk to size 1. */
+    const int64_t *outer_strides[2] = {o->strides, in->strides};
+    tpu_k_iter outer;
+    tpu_k_iter_init(&outer, o->ndim, o->sizes, 2, outer_strides, start);
+    int64_t inner_sizes[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < in->ndim; d++)
+        inner_sizes[d] = (op->p.reduce.mask >> d) & 1u ? in->sizes[d] : 1;
+    const int64_t *inner_strides[1] = {in->strides};
+    int64_t count = reduced_count(op);
+    bool float_out = tpu_dtype_is_float(o->dtype);
+
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&outer)) {
+        int64_t base = outer.off[1];
+        tpu_k_iter inner;
+        tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
+        char *dst = tpu_k_ptr(o, outer.off[0]);
+        if (float_out) {
+            double acc = 0.0;
+            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner))
+                acc += tpu_k_load_f64(tpu_k_ptr(in, base + inner.off[0]), in->dtype);
+            tpu_k_store_f64(dst, o->dtype, finish_f64(op, acc, count));
+        } else {
+            uint64_t acc = 0; /* unsigned: integer sums wrap */
+            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner))
+                acc += (uint64_t)tpu_k_load_i64(tpu_k_ptr(in, base + inner.off[0]), in->dtype);
+            tpu_k_store_i64(dst, o->dtype, tpu_k_u64_to_i64(acc));
+        }
+    }
+    return TPU_OK;
+}
+
+/* ------------------------------------------- trailing-dims fast path */
+
+/* Lanes of the trailing-dims sum: lane j adds elements j, j+16, ... The
+ * lanes are then combined pairwise (j += j + 8, then 4, 2, 1) and the
+ * tail added in order. Both variants below follow exactly this order,
+ * so they agree bit for bit with each other on every CPU. */
+enum { SUM_LANES = 16 };
+
+static double lanes_combine(double lanes[SUM_LANES], const float *x, int64_t done, int64_t n) {
+    for (int w = SUM_LANES / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++)
+            lanes[j] += lanes[j + w];
+    double s = lanes[0];
+    for (int64_t i = done; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+static double sum_f32_run_plain(const float *x, int64_t n) {
+    double lanes[SUM_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++)
+            lanes[j] += x[i + j];
+    return lanes_combine(lanes, x, i, n);
+}
+
+#if TPU_K_X86
+/* Same lanes, four per register: accumulator q holds lanes 4q..4q+3. */
+__attribute__((target("avx2,fma"))) static double sum_f32_run_avx2(const float *x, int64_t n) {
+    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+                      _mm256_setzero_pd()};
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int q = 0; q < 4; q++)
+            acc[q] = _mm256_add_pd(acc[q], _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * q)));
+    double lanes[SUM_LANES];
+    for (int q = 0; q < 4; q++)
+        _mm256_storeu_pd(lanes + 4 * q, acc[q]);
+    return lanes_combine(lanes, x, i, n);
+}
+#endif
+
+static double sum_f32_run(const float *x, int64_t n) {
+#if TPU_K_X86
+    if (tpu_k_cpu_has_avx2_fma())
+        return sum_f32_run_avx2(x, n);
+#endif
+    return sum_f32_run_plain(x, n);
+}
+
+/* If the mask is exactly dims [first, ndim) for some first < ndim and
+ * those dims of in are row-major contiguous, returns first; else -1. */
+static int32_t trailing_block(const tpu_op *op) {
+    const tpu_tensor *in = &op->in[0];
+    uint32_t mask = op->p.reduce.mask;
+    if (in->ndim == 0 || mask == 0)
+        return -1;
+    int32_t first = in->ndim;
+    while (first > 0 && ((mask >> (first - 1)) & 1u))
+        first--;
+    if ((mask & ((1u << first) - 1u)) != 0 || first == in->ndim)
+        return -1;
+    int64_t expect = 1;
+    for (int32_t d = in->ndim - 1; d >= first; d--) {
+        if (in->sizes[d] != 1 && in->strides[d] != expect)
+            return -1;
+        expect *= in->sizes[d];
+    }
+    return first;
+}
+
+/* Each output sums one contiguous run of f32 with the 16-lane order. */
+static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *strides[2] = {o->strides, in->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
+    int64_t count = reduced_count(op);
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        /* count == 0 means in may have no data at all: do not touch it. */
+        double s = count > 0 ? sum_f32_run((const float *)in->data + it.off[1], count) : 0.0;
+        tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, s, count));
+    }
+    return TPU_OK;
+}
+
+/* -------------------------------------------- leading-dims fast path */
+
+/* Columns summed together: the f64 accumulators stay in L1. */
+enum { LEADING_CHUNK = 512 };
+
+/* True if the mask is exactly dims [0, last) for some 0 < last < ndim and
+ * in is row-major contiguous. */
+static bool is_leading_block(const tpu_op *op) {
+    const tpu_tensor *in = &op->in[0];
+    uint32_t mask = op->p.reduce.mask;
+    if (in->ndim == 0 || mask == 0 || (mask & (mask + 1u)) != 0 ||
+        (mask >> (in->ndim - 1)) != 0)
+        return false;
+    int64_t expect = 1;
+    for (int32_t d = in->ndim - 1; d >= 0; d--) {
+        if (in->sizes[d] != 1 && in->strides[d] != expect)
+            return false;
+        expect *= in->sizes[d];
+    }
+    return true;
+}
+
+/* in is [rows, cols] row-major with the rows reduced: each share takes a
+ * range of columns and adds the rows one after another into f64
+ * accumulators, which is exactly the reference order per output. */
+static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    int64_t cols = tpu_k_numel(o), rows = reduced_count(op);
+    int64_t start, end;
+    tpu_k_split(cols, ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const float *x = in->data;
+    const int64_t *strides[1] = {o->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 1, strides, start);
+    double acc[LEADING_CHUNK];
+    for (int64_t c0 = start; c0 < end; c0 += LEADING_CHUNK) {
+        int64_t w = end - c0 < LEADING_CHUNK ? end - c0 : LEADING_CHUNK;
+        for (int64_t j = 0; j < w; j++)
+            acc[j] = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = x + r * cols + c0;
+            for (int64_t j = 0; j < w; j++)
+                acc[j] += row[j];
+        }
+        for (int64_t j = 0; j < w; j++, tpu_k_iter_next(&it))
+            tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, acc[j], rows));
+    }
+    return TPU_OK;
+}
+
+/* Fast paths for f32 input and float output: trailing-dims and
+ * leading-dims reductions of contiguous data. The rest is reference. */
+tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
+    if (op->in[0].dtype == TPU_DTYPE_F32 && tpu_dtype_is_float(op->out.dtype)) {
+        if (trailing_block(op) >= 0)
+            return reduce_trailing(op, ith, nth);
+        if (is_leading_block(op))
+            return reduce_leading(op, ith, nth);
+    }
+    return tpu_k_reduce_ref(op, ith, nth);
+}

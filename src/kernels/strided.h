@@ -1,0 +1,208 @@
+/* Strided views for the kernels: n-d iteration over several operands at
+ * once, and per-element load/store with conversion between dtypes.
+ *
+ * Conversion rules (shared by every kernel, so that all ops agree):
+ *   - to f32/f16/bf16: through f32 (f64 -> f32 -> f16 rounds twice, as
+ *     PyTorch's c10::Half(double) does); integers convert with C rounding.
+ *   - to f64: exact from every other type except i64 (C rounding).
+ *   - float to integer: through int64. In range [-2^63, 2^63) the value is
+ *     truncated toward zero as C does; out of range or NaN gives INT64_MIN
+ *     (what x86's cvttsd2si returns), never undefined behaviour. Narrower
+ *     integers then keep the low bits (wrapping), as does i64 -> i32 etc.
+ *   - to bool: value != 0 (NaN is true); bool loads read any nonzero byte
+ *     as true and bool stores write exactly 0 or 1.
+ * Accesses go through memcpy so that they have no alignment or aliasing
+ * requirements beyond the bytes being there. */
+#ifndef TPU_KERNELS_STRIDED_H
+#define TPU_KERNELS_STRIDED_H
+
+#include <assert.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tpu/dtype.h"
+#include "tpu/op.h"
+
+/* Most operands one iterator walks together (out and three inputs). */
+#define TPU_K_MAX_OPERANDS 4
+
+/* Walks a shape in row-major order, keeping the element offset of each
+ * operand (in elements, from its data pointer). */
+typedef struct {
+    int32_t ndim;
+    int32_t n_ops;
+    int64_t sizes[TPU_MAX_DIMS];
+    int64_t idx[TPU_MAX_DIMS];
+    int64_t strides[TPU_K_MAX_OPERANDS][TPU_MAX_DIMS];
+    int64_t off[TPU_K_MAX_OPERANDS];
+} tpu_k_iter;
+
+/* Positions `it` at row-major index `start` of the shape (ndim, sizes),
+ * for n_ops operands whose strides are strides[0..n_ops-1]. start must be
+ * < the shape's element count unless that count is 0 (then `it` must not
+ * be advanced). ndim 0 is a single element at offset 0. */
+void tpu_k_iter_init(tpu_k_iter *it, int32_t ndim, const int64_t *sizes, int32_t n_ops,
+                     const int64_t *const *strides, int64_t start);
+
+/* Advances to the next row-major element; after the last one it wraps to
+ * the first (callers count elements, they do not test for the end). */
+void tpu_k_iter_next(tpu_k_iter *it);
+
+/* Elements left in the current innermost row, counting the current one
+ * (1 for ndim 0). Lets fast paths process a row run with plain strides:
+ * element j of the run is at off[k] + j * strides[k][ndim - 1]. */
+int64_t tpu_k_iter_row_left(const tpu_k_iter *it);
+
+/* Advances by n elements, 1 <= n <= tpu_k_iter_row_left(it): within the
+ * row, then (if the row is finished) on to the next one. */
+void tpu_k_iter_advance_in_row(tpu_k_iter *it, int64_t n);
+
+/* Number of elements of a tensor; 0 if a size is <= 0, INT64_MAX if the
+ * product overflows (tpu_op_check rejects both). */
+int64_t tpu_k_numel(const tpu_tensor *t);
+
+/* True if t's elements fill exactly offsets [0, numel) of its data with
+ * non-negative strides (row-major, or any permutation of it). Dims of size
+ * 1 do not matter. Such a tensor can be walked as a flat array. */
+bool tpu_k_is_dense(const tpu_tensor *t);
+
+/* True if t has the same strides as `like` in every dim of size > 1 (the
+ * two have the same sizes): element i of both lives at the same offset. */
+bool tpu_k_same_layout(const tpu_tensor *t, const tpu_tensor *like);
+
+/* True if every dim of size > 1 has stride 0: all elements are one value. */
+bool tpu_k_is_scalar_broadcast(const tpu_tensor *t);
+
+/* Splits n items into nth contiguous, balanced ranges and returns share
+ * ith in [*start, *end). Depends only on (n, ith, nth). */
+void tpu_k_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end);
+
+/* Address of element offset `off` (in elements) of t. */
+static inline char *tpu_k_ptr(const tpu_tensor *t, int64_t off) {
+    return (char *)t->data + off * (int64_t)tpu_dtype_size(t->dtype);
+}
+
+/* --------------------------------------------------- scalar conversions */
+
+/* Float -> int64 per the rules above: truncation in range, INT64_MIN for
+ * out of range and NaN. */
+static inline int64_t tpu_k_f64_to_i64(double v) {
+    if (v >= -0x1p63 && v < 0x1p63)
+        return (int64_t)v;
+    return INT64_MIN;
+}
+
+/* uint64 -> int64 keeping the bits (two's complement), without relying on
+ * implementation-defined conversion. */
+static inline int64_t tpu_k_u64_to_i64(uint64_t u) {
+    return u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)(~u) - 1;
+}
+
+/* Rounds an f32 to bf16 precision and back: the TPU matrix unit's view. */
+static inline float tpu_k_round_bf16(float x) {
+    return tpu_bf16_to_f32(tpu_f32_to_bf16(x));
+}
+
+/* ------------------------------------------------------------- loads */
+
+/* Loads one element of dtype dt as int64 (the integer compute type). */
+static inline int64_t tpu_k_load_i64(const void *p, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_DTYPE_F32: { float v; memcpy(&v, p, 4); return tpu_k_f64_to_i64(v); }
+    case TPU_DTYPE_F64: { double v; memcpy(&v, p, 8); return tpu_k_f64_to_i64(v); }
+    case TPU_DTYPE_F16: { uint16_t v; memcpy(&v, p, 2); return tpu_k_f64_to_i64(tpu_f16_to_f32(v)); }
+    case TPU_DTYPE_BF16: { uint16_t v; memcpy(&v, p, 2); return tpu_k_f64_to_i64(tpu_bf16_to_f32(v)); }
+    case TPU_DTYPE_I8: { int8_t v; memcpy(&v, p, 1); return v; }
+    case TPU_DTYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case TPU_DTYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case TPU_DTYPE_I64: { int64_t v; memcpy(&v, p, 8); return v; }
+    case TPU_DTYPE_U8: { uint8_t v; memcpy(&v, p, 1); return v; }
+    case TPU_DTYPE_BOOL: { uint8_t v; memcpy(&v, p, 1); return v != 0; }
+    default: assert(!"dtype validated by tpu_op_check"); return 0;
+    }
+}
+
+/* Loads one element as f32 (the compute type of f32/f16/bf16 outputs). */
+static inline float tpu_k_load_f32(const void *p, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_DTYPE_F32: { float v; memcpy(&v, p, 4); return v; }
+    case TPU_DTYPE_F64: { double v; memcpy(&v, p, 8); return (float)v; }
+    case TPU_DTYPE_F16: { uint16_t v; memcpy(&v, p, 2); return tpu_f16_to_f32(v); }
+    case TPU_DTYPE_BF16: { uint16_t v; memcpy(&v, p, 2); return tpu_bf16_to_f32(v); }
+    default: return (float)tpu_k_load_i64(p, dt);
+    }
+}
+
+/* Loads one element as f64 (the compute type of f64 outputs). */
+static inline double tpu_k_load_f64(const void *p, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_DTYPE_F64: { double v; memcpy(&v, p, 8); return v; }
+    case TPU_DTYPE_F32:
+    case TPU_DTYPE_F16:
+    case TPU_DTYPE_BF16: return tpu_k_load_f32(p, dt);
+    default: return (double)tpu_k_load_i64(p, dt);
+    }
+}
+
+/* Loads one element as bool (value != 0; NaN is true). */
+static inline bool tpu_k_load_bool(const void *p, tpu_dtype dt) {
+    switch (dt) {
+    case TPU_DTYPE_F32:
+    case TPU_DTYPE_F16:
+    case TPU_DTYPE_BF16: return tpu_k_load_f32(p, dt) != 0.0f;
+    case TPU_DTYPE_F64: return tpu_k_load_f64(p, dt) != 0.0;
+    default: return tpu_k_load_i64(p, dt) != 0;
+    }
+}
+
+/* ------------------------------------------------------------ stores */
+
+/* Stores an int64 into dtype dt: narrower integers wrap, floats round. */
+static inline void tpu_k_store_i64(void *p, tpu_dtype dt, int64_t v) {
+    uint64_t u = (uint64_t)v; /* the low bits, for wrapping narrowing */
+    switch (dt) {
+    case TPU_DTYPE_F32: { float f = (float)v; memcpy(p, &f, 4); return; }
+    case TPU_DTYPE_F64: { double f = (double)v; memcpy(p, &f, 8); return; }
+    case TPU_DTYPE_F16: { uint16_t h = tpu_f32_to_f16((float)v); memcpy(p, &h, 2); return; }
+    case TPU_DTYPE_BF16: { uint16_t h = tpu_f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
+    case TPU_DTYPE_I8:
+    case TPU_DTYPE_U8: { uint8_t b = (uint8_t)u; memcpy(p, &b, 1); return; }
+    case TPU_DTYPE_I16: { uint16_t b = (uint16_t)u; memcpy(p, &b, 2); return; }
+    case TPU_DTYPE_I32: { uint32_t b = (uint32_t)u; memcpy(p, &b, 4); return; }
+    case TPU_DTYPE_I64: memcpy(p, &v, 8); return;
+    case TPU_DTYPE_BOOL: { uint8_t b = v != 0; memcpy(p, &b, 1); return; }
+    default: assert(!"dtype validated by tpu_op_check"); return;
+    }
+}
+
+/* Stores an f32 into dtype dt, rounding once for f16/bf16. */
+static inline void tpu_k_store_f32(void *p, tpu_dtype dt, float v) {
+    switch (dt) {
+    case TPU_DTYPE_F32: memcpy(p, &v, 4); return;
+    case TPU_DTYPE_F64: { double d = v; memcpy(p, &d, 8); return; }
+    case TPU_DTYPE_F16: { uint16_t h = tpu_f32_to_f16(v); memcpy(p, &h, 2); return; }
+    case TPU_DTYPE_BF16: { uint16_t h = tpu_f32_to_bf16(v); memcpy(p, &h, 2); return; }
+    case TPU_DTYPE_BOOL: { uint8_t b = v != 0.0f; memcpy(p, &b, 1); return; }
+    default: tpu_k_store_i64(p, dt, tpu_k_f64_to_i64(v)); return;
+    }
+}
+
+/* Stores an f64 into dtype dt (f64 -> f32 -> f16/bf16, see above). */
+static inline void tpu_k_store_f64(void *p, tpu_dtype dt, double v) {
+    switch (dt) {
+    case TPU_DTYPE_F64: memcpy(p, &v, 8); return;
+    case TPU_DTYPE_F32:
+    case TPU_DTYPE_F16:
+    case TPU_DTYPE_BF16: tpu_k_store_f32(p, dt, (float)v); return;
+    case TPU_DTYPE_BOOL: { uint8_t b = v != 0.0; memcpy(p, &b, 1); return; }
+    default: tpu_k_store_i64(p, dt, tpu_k_f64_to_i64(v)); return;
+    }
+}
+
+/* Stores a bool as 0 or 1 of dtype dt. */
+static inline void tpu_k_store_bool(void *p, tpu_dtype dt, bool v) {
+    tpu_k_store_i64(p, dt, v ? 1 : 0);
+}
+
+#endif

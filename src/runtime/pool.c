@@ -1,0 +1,167 @@
+/* The intra-op thread pool.
+ *
+ * size - 1 persistent worker threads plus the calling thread, which takes
+ * share ith = 0. One parallel region uses the workers at a time (the
+ * `region` mutex); a caller that finds it taken runs its work alone, which
+ * also makes nested use from inside a kernel safe.
+ *
+ * Every field below `lock` is read and written only under `lock`, so the
+ * mutex orders all of them: the region's description is published to the
+ * workers by the unlock that follows its writing and the lock each worker
+ * takes before reading it; results come back the same way. The shares run
+ * outside the lock, and what they write to memory is ordered before the
+ * caller's return by the same lock/unlock pairs around `remaining`. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime_internal.h"
+
+typedef tpu_status (*pool_fn)(void *ctx, int ith, int nth);
+
+static struct {
+    pthread_mutex_t region; /* held by the caller of a multi-thread region */
+    int size;               /* threads, caller included; set by init */
+    int started;            /* worker threads running (first region starts them) */
+    bool start_tried;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake_cv; /* workers wait for a new generation */
+    pthread_cond_t done_cv; /* the caller waits for remaining == 0 */
+    uint64_t generation;    /* bumped once per region */
+    pool_fn fn;
+    void *ctx;
+    int nth;
+    int remaining;          /* worker shares of this region not yet returned */
+    int err_ith;            /* lowest failing worker share, INT_MAX if none */
+    tpu_status err;
+    char err_msg[TPU_MSG_MAX];
+} g_pool = {
+    .region = PTHREAD_MUTEX_INITIALIZER,
+    .size = 1,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .wake_cv = PTHREAD_COND_INITIALIZER,
+    .done_cv = PTHREAD_COND_INITIALIZER,
+};
+
+void tpu_pool_setup(int num_threads) {
+    g_pool.size = num_threads;
+}
+
+int tpu_pool_num_threads(void) {
+    if (tpu_rt_enter() != TPU_OK)
+        return 1;
+    return g_pool.size;
+}
+
+/* A worker's loop: run share `ith` of each new region that needs it. */
+static void *pool_worker(void *arg) {
+    int ith = (int)(intptr_t)arg;
+    pthread_mutex_lock(&g_pool.lock);
+    /* Workers are started by the first region before it bumps the
+     * generation, while it holds `region`: generation 0 is "seen". */
+    uint64_t seen = 0;
+    for (;;) {
+        while (g_pool.generation == seen)
+            pthread_cond_wait(&g_pool.wake_cv, &g_pool.lock);
+        seen = g_pool.generation;
+        if (ith >= g_pool.nth)
+            continue; /* this region is narrower than the pool */
+        pool_fn fn = g_pool.fn;
+        void *ctx = g_pool.ctx;
+        int nth = g_pool.nth;
+        pthread_mutex_unlock(&g_pool.lock);
+
+        tpu_status st = fn(ctx, ith, nth);
+
+        pthread_mutex_lock(&g_pool.lock);
+        if (st != TPU_OK && ith < g_pool.err_ith) {
+            /* The message is in this thread's slot: carry it over to the
+             * caller, who reports the first failing share by ith. */
+            g_pool.err_ith = ith;
+            g_pool.err = st;
+            snprintf(g_pool.err_msg, sizeof g_pool.err_msg, "%s", tpu_last_error_message());
+        }
+        if (--g_pool.remaining == 0)
+            pthread_cond_signal(&g_pool.done_cv);
+    }
+    return NULL;
+}
+
+/* Starts the workers once; runs holding `region`. A thread that cannot be
+ * created shrinks the pool instead of failing the op. */
+static void start_workers(void) {
+    if (g_pool.start_tried)
+        return;
+    g_pool.start_tried = true;
+    /* Workers must not take the process's signals (Python expects them on
+     * the main thread): block all while creating, they inherit the mask. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    for (int ith = 1; ith < g_pool.size; ith++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, pool_worker, (void *)(intptr_t)ith) != 0)
+            break;
+        pthread_detach(t);
+        g_pool.started++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+tpu_status tpu_pool_run(pool_fn fn, void *ctx, int nth) {
+    tpu_status st = tpu_rt_enter();
+    if (st != TPU_OK)
+        return st;
+    if (!fn)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_pool_run: fn is NULL");
+    if (nth > g_pool.size)
+        nth = g_pool.size;
+    if (nth <= 1)
+        return fn(ctx, 0, 1);
+    if (pthread_mutex_trylock(&g_pool.region) != 0)
+        return fn(ctx, 0, 1); /* the pool is busy (or we are inside it) */
+
+    start_workers();
+    if (nth > g_pool.started + 1)
+        nth = g_pool.started + 1;
+    if (nth <= 1) {
+        pthread_mutex_unlock(&g_pool.region);
+        return fn(ctx, 0, 1);
+    }
+
+    pthread_mutex_lock(&g_pool.lock);
+    g_pool.fn = fn;
+    g_pool.ctx = ctx;
+    g_pool.nth = nth;
+    g_pool.remaining = nth - 1;
+    g_pool.err_ith = INT_MAX;
+    g_pool.err = TPU_OK;
+    g_pool.generation++;
+    pthread_cond_broadcast(&g_pool.wake_cv);
+    pthread_mutex_unlock(&g_pool.lock);
+
+    st = fn(ctx, 0, nth);
+
+    pthread_mutex_lock(&g_pool.lock);
+    while (g_pool.remaining > 0)
+        pthread_cond_wait(&g_pool.done_cv, &g_pool.lock);
+    tpu_status worker_err = g_pool.err;
+    char msg[TPU_MSG_MAX];
+    if (worker_err != TPU_OK)
+        memcpy(msg, g_pool.err_msg, sizeof msg);
+    pthread_mutex_unlock(&g_pool.lock);
+    pthread_mutex_unlock(&g_pool.region);
+
+    /* Share 0 comes first by ith; its message is already this thread's. */
+    if (st != TPU_OK)
+        return st;
+    if (worker_err != TPU_OK)
+        return tpu_set_error(worker_err, "%s", msg);
+    return TPU_OK;
+}

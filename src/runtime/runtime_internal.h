@@ -1,0 +1,124 @@
+/* Private interface between the files of src/runtime/.
+ *
+ * Module map (one concern per file):
+ *   status.c       thread-local error messages
+ *   init.c         configuration from the environment, once; fork detection
+ *   chip.c         the table of modeled generations, chip properties
+ *   target_host.c  the virtual TPU behind target.h
+ *   mem.c          the per-chip caching allocator
+ *   stream.c       streams: FIFO, worker thread, kept errors
+ *   event.c        events
+ *   mode.c         the execution mode
+ *   pool.c         the intra-op thread pool
+ *   host_mem.c     pinned host memory (tpu/host_mem.h)
+ *
+ * Nothing declared here is exported from the library. */
+#ifndef TPU_RUNTIME_INTERNAL_H
+#define TPU_RUNTIME_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tpu/runtime.h"
+
+#define TPU_CHIPS_MAX 64     /* largest valid TORCH_TPU_CHIPS */
+#define TPU_THREADS_MAX 1024 /* largest valid TORCH_TPU_NUM_THREADS */
+#define TPU_MSG_MAX 1024     /* bytes of an error message, NUL included */
+
+/* The configuration read from the environment by tpu_runtime_init. */
+typedef struct {
+    int chips;                 /* TORCH_TPU_CHIPS */
+    tpu_generation generation; /* TORCH_TPU_GENERATION */
+    uint64_t memory_limit;     /* TORCH_TPU_MEMORY_LIMIT in bytes; 0 = none */
+    int num_threads;           /* TORCH_TPU_NUM_THREADS */
+    tpu_mode mode;             /* TPU_LAUNCH_BLOCKING, TORCH_TPU_DEFER_AND_FUSE */
+    int reference;             /* TORCH_TPU_REFERENCE: -1 unset, 0 or 1 */
+} tpu_config;
+
+/* ---------------------------------------------------------------- init.c */
+
+/* The first step of every public entry point: TPU_ERR_FORKED in a forked
+ * child, else initialises the runtime if needed (cheap once done). */
+tpu_status tpu_rt_enter(void);
+
+/* tpu_rt_enter, then checks that `chip` names a chip; `fn` is the public
+ * function's name for the message. */
+tpu_status tpu_rt_enter_chip(const char *fn, int chip);
+
+/* Chips of this process; valid only after a successful tpu_rt_enter. */
+int tpu_rt_chip_count(void);
+
+/* ---------------------------------------------------------------- chip.c */
+
+/* What a generation is, before any configured memory limit. */
+typedef struct {
+    const char *short_name; /* "v5e" */
+    uint64_t hbm_bytes;
+    double hbm_bandwidth;
+    double peak_bf16_flops;
+    int32_t mxu_size;
+} tpu_generation_model;
+
+/* The model of `gen`, which must be a valid generation. */
+const tpu_generation_model *tpu_generation_model_of(tpu_generation gen);
+
+/* Fills the chip table from the target; called once by init. */
+tpu_status tpu_chip_setup(const tpu_config *cfg, int chips);
+
+/* Properties of a valid chip (the stored table entry). */
+const tpu_chip_props *tpu_chip_props_of(int chip);
+
+/* ----------------------------------------------------------------- mem.c */
+
+/* Sets every chip's capacity from the chip table; called once by init. */
+void tpu_mem_setup(int chips);
+
+/* -------------------------------------------------------------- stream.c */
+
+/* The stream `index` of `chip` if it was ever created, else NULL (a stream
+ * that does not exist has no queued work). Never creates one. */
+tpu_stream *tpu_stream_peek(int chip, int index);
+
+/* Sequence number of the last record queued on / run by the stream. */
+uint64_t tpu_stream_submitted_seq(const tpu_stream *stream);
+uint64_t tpu_stream_completed_seq(const tpu_stream *stream);
+
+/* Internal waits: block until the stream has run record `seq`, or until
+ * every stream of `chip` has run what was queued when the call started.
+ * Kept errors are left in place for the user's next synchronising call. */
+void tpu_stream_wait_seq(tpu_stream *stream, uint64_t seq);
+void tpu_chip_drain(int chip);
+
+/* Returns (and forgets) the error kept on the stream if it came from a
+ * record numbered <= upto_seq, setting the thread's message; else TPU_OK. */
+tpu_status tpu_stream_take_error(tpu_stream *stream, uint64_t upto_seq);
+
+/* Queue the records behind events (see event.c). The record entry holds a
+ * reference to `event` that the worker drops after stamping it. *seq gets
+ * the record's sequence number on `stream`. */
+tpu_status tpu_stream_enqueue_event_record(tpu_stream *stream, tpu_event *event, uint64_t gen,
+                                           uint64_t *seq);
+tpu_status tpu_stream_enqueue_event_wait(tpu_stream *stream, tpu_stream *other, uint64_t seq);
+
+/* --------------------------------------------------------------- event.c */
+
+/* Called by a stream worker when it reaches a record of generation `gen`:
+ * stamps the completion time if `gen` is still the event's latest. */
+void tpu_event_stamp(tpu_event *event, uint64_t gen);
+
+/* Drops one reference; the last one destroys the event. */
+void tpu_event_unref(tpu_event *event);
+
+/* ---------------------------------------------------------------- mode.c */
+
+/* Sets the initial mode from the configuration; called once by init. */
+void tpu_mode_setup(tpu_mode mode);
+
+/* ---------------------------------------------------------------- pool.c */
+
+/* Sets the pool size (threads, caller included); called once by init. The
+ * worker threads start on the first parallel region. */
+void tpu_pool_setup(int num_threads);
+
+#endif

@@ -1,0 +1,254 @@
+/* Streams: lookup, ordering of many records (host functions and ops),
+ * concurrent submitters, query, debug mode, chip synchronisation. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "runtime_test.h"
+#include "tpu/runtime.h"
+
+static tpu_stream *stream(int chip, int index) {
+    tpu_stream *s = NULL;
+    CHECK_OK(tpu_stream_get(chip, index, &s));
+    return s;
+}
+
+static void test_lookup(void) {
+    tpu_stream *s = stream(0, 0), *t = NULL;
+    CHECK(s != NULL && stream(0, 0) == s);
+    CHECK(tpu_stream_chip(s) == 0 && tpu_stream_index(s) == 0);
+    t = stream(1, 31);
+    CHECK(t != s && tpu_stream_chip(t) == 1 && tpu_stream_index(t) == 31);
+    CHECK(tpu_stream_chip(NULL) == -1 && tpu_stream_index(NULL) == -1);
+
+    CHECK_STATUS(tpu_stream_get(0, 32, &t), TPU_ERR_INVALID_ARG);
+    CHECK_CONTAINS(tpu_last_error_message(), "32");
+    CHECK_STATUS(tpu_stream_get(0, -1, &t), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_stream_get(2, 0, &t), TPU_ERR_INVALID_DEVICE);
+    CHECK_STATUS(tpu_stream_get(0, 0, NULL), TPU_ERR_INVALID_ARG);
+
+    /* The pool hands out 1 .. 31 round-robin, never the default stream. */
+    int seen[TPU_STREAMS_MAX] = {0};
+    for (int i = 0; i < 2 * (TPU_STREAMS_MAX - 1); i++) {
+        CHECK_OK(tpu_stream_next_from_pool(1, &t));
+        CHECK(tpu_stream_chip(t) == 1);
+        seen[tpu_stream_index(t)]++;
+    }
+    CHECK(seen[0] == 0);
+    for (int i = 1; i < TPU_STREAMS_MAX; i++)
+        CHECK(seen[i] == 2);
+    CHECK_STATUS(tpu_stream_next_from_pool(7, &t), TPU_ERR_INVALID_DEVICE);
+
+    CHECK_STATUS(tpu_stream_synchronize(NULL), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_stream_submit(NULL, NULL), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_stream_submit_host_fn(s, NULL, NULL), TPU_ERR_INVALID_ARG);
+    bool done;
+    CHECK_STATUS(tpu_stream_query(s, NULL), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_stream_query(NULL, &done), TPU_ERR_INVALID_ARG);
+}
+
+/* Host functions append their number to a log, on the worker thread. */
+typedef struct {
+    int *log;
+    int n;
+} log_t;
+
+typedef struct {
+    log_t *log;
+    int value;
+} log_item;
+
+static void append(void *ctx) {
+    log_item *it = ctx;
+    it->log->log[it->log->n++] = it->value;
+}
+
+static void test_host_fn_order(void) {
+    enum { N = 10000 };
+    log_t log = {calloc(N, sizeof(int)), 0};
+    log_item *items = calloc(N, sizeof *items);
+    tpu_stream *s = stream(0, 1);
+    int submitted = 1;
+    for (int i = 0; i < N; i++) {
+        items[i] = (log_item){&log, i};
+        submitted &= tpu_stream_submit_host_fn(s, append, &items[i]) == TPU_OK;
+    }
+    CHECK(submitted);
+    CHECK_OK(tpu_stream_synchronize(s));
+    int ok = log.n == N;
+    for (int i = 0; ok && i < N; i++)
+        ok = log.log[i] == i;
+    CHECK(ok);
+    free(items);
+    free(log.log);
+}
+
+/* FILL then COPY to a host slot, many times: each copy sees its fill. */
+static void test_op_order(int chip) {
+    enum { N = 2000 };
+    tpu_stream *s = stream(chip, 2);
+    int32_t *dev = NULL;
+    int32_t *host = calloc(N, sizeof *host);
+    CHECK_OK(tpu_mem_alloc(chip, sizeof(int32_t), s, (void **)&dev));
+    int submitted = 1;
+    for (int i = 0; i < N; i++) {
+        tpu_op fill = fill_op(vec(dev, 1, TPU_DTYPE_I32), i);
+        tpu_op copy = copy_op(vec(&host[i], 1, TPU_DTYPE_I32), vec(dev, 1, TPU_DTYPE_I32));
+        submitted &= tpu_stream_submit(s, &fill) == TPU_OK;
+        submitted &= tpu_stream_submit(s, &copy) == TPU_OK;
+        memset(&fill, 0xff, sizeof fill); /* the stream queued a copy */
+    }
+    CHECK(submitted);
+    CHECK_OK(tpu_stream_synchronize(s));
+    int ok = 1;
+    for (int i = 0; ok && i < N; i++)
+        ok = host[i] == i;
+    CHECK(ok);
+    CHECK_OK(tpu_mem_free(dev));
+    free(host);
+}
+
+/* A large op runs on the thread pool from the stream's worker. */
+static void test_big_op(void) {
+    enum { N = 1 << 20 };
+    tpu_stream *s = stream(1, 0);
+    float *dev = NULL;
+    float *host = malloc(N * sizeof *host);
+    CHECK_OK(tpu_mem_alloc(1, N * sizeof(float), s, (void **)&dev));
+    tpu_op fill = fill_op(vec(dev, N, TPU_DTYPE_F32), 2.5);
+    tpu_op copy = copy_op(vec(host, N, TPU_DTYPE_F32), vec(dev, N, TPU_DTYPE_F32));
+    CHECK(tpu_op_max_threads(&fill) > 1);
+    CHECK_OK(tpu_stream_submit(s, &fill));
+    CHECK_OK(tpu_stream_submit(s, &copy));
+    CHECK_OK(tpu_stream_synchronize(s));
+    int ok = 1;
+    for (int i = 0; ok && i < N; i++)
+        ok = host[i] == 2.5f;
+    CHECK(ok);
+    CHECK_OK(tpu_mem_free(dev));
+    free(host);
+}
+
+/* Several threads submit to one stream: each one's records stay in order. */
+enum { SUBMITTERS = 4, PER_THREAD = 2000 };
+
+typedef struct {
+    tpu_stream *s;
+    log_t *log;
+    log_item items[PER_THREAD];
+    int thread;
+} submitter;
+
+static void *submit_many(void *arg) {
+    submitter *sub = arg;
+    for (int k = 0; k < PER_THREAD; k++) {
+        sub->items[k] = (log_item){sub->log, sub->thread * PER_THREAD + k};
+        tpu_stream_submit_host_fn(sub->s, append, &sub->items[k]);
+    }
+    return NULL;
+}
+
+static void test_concurrent_submitters(void) {
+    log_t log = {calloc(SUBMITTERS * PER_THREAD, sizeof(int)), 0};
+    submitter *subs = calloc(SUBMITTERS, sizeof *subs);
+    pthread_t t[SUBMITTERS];
+    tpu_stream *s = stream(0, 3);
+    for (int i = 0; i < SUBMITTERS; i++) {
+        subs[i] = (submitter){.s = s, .log = &log, .thread = i};
+        pthread_create(&t[i], NULL, submit_many, &subs[i]);
+    }
+    for (int i = 0; i < SUBMITTERS; i++)
+        pthread_join(t[i], NULL);
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK(log.n == SUBMITTERS * PER_THREAD);
+    int last[SUBMITTERS] = {-1, -1, -1, -1}, ok = 1;
+    for (int i = 0; i < log.n; i++) {
+        int th = log.log[i] / PER_THREAD, k = log.log[i] % PER_THREAD;
+        ok = ok && k == last[th] + 1;
+        last[th] = k;
+    }
+    CHECK(ok);
+    free(subs);
+    free(log.log);
+}
+
+static void test_query(void) {
+    tpu_stream *s = stream(0, 4);
+    gate g = {0};
+    bool done = false;
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(done);
+    CHECK_OK(tpu_stream_submit_host_fn(s, gate_wait, &g));
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(!done);
+    gate_open(&g);
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(done);
+
+    /* An op refused by tpu_op_check is not queued. */
+    tpu_op bad;
+    memset(&bad, 0, sizeof bad);
+    bad.code = TPU_OP_COUNT;
+    CHECK(tpu_stream_submit(s, &bad) != TPU_OK);
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(done);
+}
+
+static void test_debug_mode(void) {
+    tpu_stream *s = stream(0, 5);
+    gate g = {0};
+    atomic_int flag = 0;
+    CHECK_OK(tpu_stream_submit_host_fn(s, gate_wait, &g)); /* queued in strict mode */
+    CHECK_OK(tpu_mode_set(TPU_MODE_DEBUG));
+    gate_open(&g);
+    /* Runs after the queued record, before the call returns. */
+    CHECK_OK(tpu_stream_submit_host_fn(s, set_flag, &flag));
+    CHECK(atomic_load(&flag) == 1);
+    bool done = false;
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(done);
+
+    int32_t *dev = NULL, host = -1;
+    CHECK_OK(tpu_mem_alloc(0, sizeof(int32_t), s, (void **)&dev));
+    tpu_op fill = fill_op(vec(dev, 1, TPU_DTYPE_I32), 42);
+    tpu_op copy = copy_op(vec(&host, 1, TPU_DTYPE_I32), vec(dev, 1, TPU_DTYPE_I32));
+    CHECK_OK(tpu_stream_submit(s, &fill));
+    CHECK_OK(tpu_stream_submit(s, &copy));
+    CHECK(host == 42);
+    CHECK_OK(tpu_mode_set(TPU_MODE_STRICT));
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK_OK(tpu_mem_free(dev));
+}
+
+static void test_chip_synchronize(void) {
+    gate g1 = {0}, g2 = {0};
+    atomic_int flag = 0;
+    tpu_stream *a = stream(1, 6), *b = stream(1, 7);
+    CHECK_OK(tpu_stream_submit_host_fn(a, gate_wait, &g1));
+    CHECK_OK(tpu_stream_submit_host_fn(b, gate_wait, &g2));
+    CHECK_OK(tpu_stream_submit_host_fn(b, set_flag, &flag));
+    gate_open(&g1);
+    gate_open(&g2);
+    CHECK_OK(tpu_chip_synchronize(1));
+    CHECK(atomic_load(&flag) == 1);
+    CHECK_STATUS(tpu_chip_synchronize(2), TPU_ERR_INVALID_DEVICE);
+}
+
+int main(void) {
+    setenv("TORCH_TPU_CHIPS", "2", 0);
+    setenv("TORCH_TPU_NUM_THREADS", "4", 0);
+    test_lookup();
+    test_host_fn_order();
+    test_op_order(0);
+    test_op_order(1);
+    test_big_op();
+    test_concurrent_submitters();
+    test_query();
+    test_debug_mode();
+    test_chip_synchronize();
+    return check_report();
+}

@@ -1,0 +1,87 @@
+"""The global CPU fallback: correct for functional, in-place and out=
+variants and for views; warns once per op; counted; can be an error."""
+import warnings
+
+import pytest
+import torch
+
+
+def test_functional_inplace_out_and_views():
+    x = torch.randn(4, 6)
+    t = x.to("tpu")
+    assert torch.allclose(torch.exp(t).cpu(), torch.exp(x))
+    u = t.clone()
+    u.exp_()
+    assert torch.allclose(u.cpu(), torch.exp(x))
+    out = torch.empty(0, device="tpu")
+    torch.exp(t, out=out)
+    assert torch.allclose(out.cpu(), torch.exp(x))
+    base = x.clone().to("tpu")
+    base[:, ::2].exp_()
+    ref = x.clone()
+    ref[:, ::2].exp_()
+    assert torch.allclose(base.cpu(), ref)
+    v = t.t()
+    assert torch.allclose(torch.sigmoid(v).cpu(), torch.sigmoid(x.t()))
+    vals, idx = torch.max(t, dim=1)
+    rv, ri = torch.max(x, dim=1)
+    assert torch.equal(vals.cpu(), rv) and torch.equal(idx.cpu(), ri)
+    assert idx.device.type == "tpu"
+
+
+def test_counted_and_warns_once():
+    torch.tpu.reset_fallback_stats()
+    t = torch.randn(5, device="tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cosh(t)
+        torch.cosh(t)
+        torch.cosh(t)
+    assert torch.tpu.fallback_stats()["aten::cosh"] == 3
+    assert sum("aten::cosh" in str(w.message) for w in caught) <= 1
+
+
+def test_error_mode():
+    t = torch.randn(5, device="tpu")
+    torch.tpu.set_fallback_error(True)
+    try:
+        with pytest.raises(NotImplementedError, match="aten::sinh"):
+            torch.sinh(t)
+    finally:
+        torch.tpu.set_fallback_error(False)
+    assert torch.allclose(torch.sinh(t).cpu(), torch.sinh(t.cpu()))
+
+
+def test_error_mode_from_environment():
+    from conftest import run_python
+
+    r = run_python(
+        """
+        import torch
+        t = torch.ones(3, device="tpu")
+        print((t + t).sum().item())
+        try:
+            torch.tanh(t)
+        except NotImplementedError as e:
+            print("refused", "aten::tanh" in str(e))
+        """,
+        {"TORCH_TPU_FALLBACK": "error"},
+    )
+    assert r.stdout.split() == ["6.0", "refused", "True"], r.stderr
+
+
+def test_model_forward_backward_with_fallbacks():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    x = torch.randn(4, 8)
+    ref = model(x).sum()
+    ref.backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.tpu()
+    y = model(x.tpu()).sum()
+    y.backward()
+    assert torch.allclose(y.cpu(), ref, atol=1e-5)
+    for p, g in zip(model.parameters(), ref_grads):
+        assert p.grad.device.type == "tpu"
+        assert torch.allclose(p.grad.cpu(), g, atol=1e-5)

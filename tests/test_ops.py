@@ -1,0 +1,245 @@
+"""The first native kernels (add, sub, mul, div, sum, mean, mm, addmm),
+compared with PyTorch's CPU backend in both modes, with fallbacks turned
+into errors so that every call here is proven native."""
+import pytest
+import torch
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+
+
+def rand(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=g).to(dtype)
+    lo = 0 if dtype == torch.uint8 else -50
+    return torch.randint(lo, 50, shape, generator=g).to(dtype)
+
+
+def assert_same(tpu_result, cpu_result, exact=False):
+    got = tpu_result.cpu()
+    assert got.dtype == cpu_result.dtype, (got.dtype, cpu_result.dtype)
+    assert got.shape == cpu_result.shape
+    if exact or not cpu_result.dtype.is_floating_point:
+        assert torch.equal(got, cpu_result)
+    else:
+        tol = {torch.float16: 1e-3, torch.bfloat16: 1e-2}.get(cpu_result.dtype, 1e-5)
+        torch.testing.assert_close(got, cpu_result, rtol=tol, atol=tol)
+
+
+BINARY = [torch.add, torch.sub, torch.mul, torch.div]
+
+
+@pytest.mark.parametrize("op", BINARY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_binary_same_dtype(op, dtype, mode, native_only):
+    a, b = rand((5, 7), dtype, 1), rand((5, 7), dtype, 2)
+    if op is torch.div:
+        b = torch.where(b == 0, torch.ones_like(b), b)
+    assert_same(op(a.to("tpu"), b.to("tpu")), op(a, b))
+
+
+@pytest.mark.parametrize("op", BINARY, ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "sa,sb", [((4, 1, 3), (1, 5, 3)), ((3,), (2, 3)), ((), (4, 4)), ((2, 3, 4), (4,)), ((0, 3), (1, 3))]
+)
+def test_binary_broadcasting(op, sa, sb, mode, native_only):
+    a, b = rand(sa, torch.float32, 3), rand(sb, torch.float32, 4)
+    assert_same(op(a.to("tpu"), b.to("tpu")), op(a, b))
+
+
+@pytest.mark.parametrize(
+    "da,db", [(torch.int32, torch.float32), (torch.bfloat16, torch.float32), (torch.int64, torch.float16),
+              (torch.uint8, torch.int8), (torch.bool, torch.int32), (torch.float16, torch.bfloat16)]
+)
+@pytest.mark.parametrize("op", BINARY, ids=lambda f: f.__name__)
+def test_binary_type_promotion(op, da, db, native_only):
+    a, b = rand((4, 6), da, 5), rand((4, 6), db, 6)
+    if op is torch.div:
+        b = torch.where(b == 0, torch.ones_like(b), b)
+    assert_same(op(a.to("tpu"), b.to("tpu")), op(a, b))
+
+
+@pytest.mark.parametrize("scalar", [2, -3, 2.5, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.bfloat16, torch.int64])
+def test_python_scalars(scalar, dtype, native_only):
+    a = rand((3, 4), dtype, 7)
+    t = a.to("tpu")
+    assert_same(t + scalar, a + scalar)
+    assert_same(t * scalar, a * scalar)
+    assert_same(t - scalar, a - scalar)
+    assert_same(t / scalar, a / scalar)
+    assert_same(torch.add(t, t, alpha=2), torch.add(a, a, alpha=2))
+
+
+def test_alpha_and_reverse_scalars(native_only):
+    a, b = rand((3, 3), torch.float32, 8), rand((3, 3), torch.float32, 9)
+    assert_same(torch.sub(a.to("tpu"), b.to("tpu"), alpha=0.5), torch.sub(a, b, alpha=0.5))
+    assert_same(torch.add(a.to("tpu"), 3, alpha=2), torch.add(a, 3, alpha=2))
+    with pytest.raises(RuntimeError, match="alpha"):
+        torch.add(torch.ones(2, dtype=torch.int32, device="tpu"), torch.ones(2, dtype=torch.int32, device="tpu"),
+                  alpha=0.5)
+
+
+@pytest.mark.parametrize("rounding", [None, "trunc", "floor"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64, torch.bfloat16])
+def test_div_rounding_modes(rounding, dtype, mode, native_only):
+    a = rand((6, 6), dtype, 10) * 3
+    b = rand((6, 6), dtype, 11)
+    b = torch.where(b == 0, torch.full_like(b, 7), b)
+    assert_same(torch.div(a.to("tpu"), b.to("tpu"), rounding_mode=rounding), torch.div(a, b, rounding_mode=rounding))
+
+
+def test_inplace_and_out_variants(mode, native_only):
+    a, b = rand((4, 5), torch.float32, 12), rand((5,), torch.float32, 13)
+    for name in ("add_", "sub_", "mul_", "div_"):
+        x, xc = a.to("tpu"), a.clone()
+        getattr(x, name)(b.to("tpu"))
+        getattr(xc, name)(b)
+        assert_same(x, xc)
+    for op in BINARY:
+        out = torch.empty(4, 5, device="tpu")
+        op(a.to("tpu"), b.to("tpu"), out=out)
+        assert_same(out, op(a, b))
+    out64 = torch.empty(0, dtype=torch.float64, device="tpu")
+    torch.add(a.to("tpu"), b.to("tpu"), out=out64)
+    assert_same(out64, torch.add(a, b).double())
+    i = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i.to("tpu").add_(0.5)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch.ones(3, device="tpu").add_(torch.ones(2, 3, device="tpu"))
+
+
+def test_inplace_on_views(native_only):
+    a = torch.arange(12.0).reshape(3, 4)
+    t = a.to("tpu")
+    t[:, 1::2].mul_(10)
+    t.t()[0].add_(100)
+    a[:, 1::2].mul_(10)
+    a.t()[0].add_(100)
+    assert_same(t, a)
+
+
+def test_bool_arithmetic(native_only):
+    a, b = rand((8,), torch.bool, 14), rand((8,), torch.bool, 15)
+    assert_same(a.to("tpu") + b.to("tpu"), a + b)
+    assert_same(a.to("tpu") * b.to("tpu"), a * b)
+    with pytest.raises(RuntimeError, match="Subtraction"):
+        a.to("tpu") - b.to("tpu")
+
+
+@pytest.mark.parametrize("dims", [None, 0, 1, -1, (0, 2), (1, 2), ()])
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.bool])
+def test_sum(dims, keepdim, dtype, mode, native_only):
+    x = rand((3, 4, 5), dtype, 16)
+    t = x.to("tpu")
+    if dims is None:
+        assert_same(t.sum(), x.sum())
+    else:
+        assert_same(t.sum(dims, keepdim=keepdim), x.sum(dims, keepdim=keepdim))
+
+
+@pytest.mark.parametrize("dims", [None, 0, (1, 2), -1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.float16])
+def test_mean(dims, dtype, mode, native_only):
+    x = rand((4, 6, 5), dtype, 17)
+    t = x.to("tpu")
+    if dims is None:
+        assert_same(t.mean(), x.mean())
+    else:
+        assert_same(t.mean(dims, keepdim=True), x.mean(dims, keepdim=True))
+        assert_same(t.mean(dims), x.mean(dims))
+
+
+def test_reduction_dtypes_outs_and_errors(native_only):
+    x = rand((5, 6), torch.int32, 18)
+    t = x.to("tpu")
+    assert_same(t.sum(1, dtype=torch.float64), x.sum(1, dtype=torch.float64))
+    assert_same(t.mean(0, dtype=torch.float32), x.mean(0, dtype=torch.float32))
+    out = torch.empty(0, dtype=torch.int64, device="tpu")
+    torch.sum(t, 0, out=out)
+    assert_same(out, x.sum(0))
+    big = rand((300, 400), torch.float32, 19)
+    assert_same(big.to("tpu").sum(0), big.sum(0))
+    assert_same(big.to("tpu").t().mean(1), big.t().mean(1))
+    assert_same(torch.empty(0, 3, device="tpu").sum(0), torch.empty(0, 3).sum(0))
+    with pytest.raises(RuntimeError, match="mean"):
+        t.mean()
+    with pytest.raises(IndexError):
+        t.sum(5)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (7, 13, 5), (64, 64, 64), (130, 257, 67), (3, 0, 4)])
+def test_mm_f32(m, k, n, mode, native_only):
+    a, b = rand((m, k), torch.float32, 20), rand((k, n), torch.float32, 21)
+    assert_same(a.to("tpu") @ b.to("tpu"), a @ b)
+    assert_same(torch.mm(a.t().contiguous().to("tpu").t(), b.to("tpu")), a @ b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_mm_other_dtypes(dtype, native_only):
+    a, b = rand((33, 40), dtype, 22), rand((40, 17), dtype, 23)
+    ref = (a.float() @ b.float()).to(dtype)
+    got = (a.to("tpu") @ b.to("tpu")).cpu()
+    tol = 1e-12 if dtype == torch.float64 else 2e-2
+    torch.testing.assert_close(got, ref, rtol=tol, atol=tol)
+
+
+def test_addmm_forms(mode, native_only):
+    a, b = rand((6, 8), torch.float32, 24), rand((8, 5), torch.float32, 25)
+    c = rand((5,), torch.float32, 26)
+    assert_same(torch.addmm(c.to("tpu"), a.to("tpu"), b.to("tpu")), torch.addmm(c, a, b))
+    assert_same(torch.addmm(c.to("tpu"), a.to("tpu"), b.to("tpu"), beta=0.5, alpha=2),
+                torch.addmm(c, a, b, beta=0.5, alpha=2))
+    nan_bias = torch.full((6, 5), float("nan"))
+    assert_same(torch.addmm(nan_bias.to("tpu"), a.to("tpu"), b.to("tpu"), beta=0), torch.addmm(nan_bias, a, b, beta=0))
+    out = torch.empty(6, 5, device="tpu")
+    torch.addmm(c.to("tpu"), a.to("tpu"), b.to("tpu"), out=out)
+    assert_same(out, torch.addmm(c, a, b))
+    s = rand((6, 5), torch.float32, 27)
+    st = s.to("tpu")
+    st.addmm_(a.to("tpu"), b.to("tpu"))
+    assert_same(st, s.addmm(a, b))
+    lin = torch.nn.Linear(8, 5)
+    assert_same(lin.to("tpu")(a.to("tpu")), lin.to("cpu")(a))
+
+
+def test_matmul_precision_uses_bf16_passes(native_only):
+    a, b = rand((64, 64), torch.float32, 28), rand((64, 64), torch.float32, 29)
+    exact = (a.double() @ b.double()).float()
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        highest = (a.to("tpu") @ b.to("tpu")).cpu()
+        torch.set_float32_matmul_precision("high")
+        high = (a.to("tpu") @ b.to("tpu")).cpu()
+        torch.set_float32_matmul_precision("medium")
+        medium = (a.to("tpu") @ b.to("tpu")).cpu()
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    one_pass = (a.bfloat16().float() @ b.bfloat16().float())
+    err = lambda x: (x - exact).abs().max().item()  # noqa: E731
+    assert err(highest) < 1e-4
+    assert err(high) < 1e-2
+    assert err(medium) > err(high)
+    torch.testing.assert_close(medium, one_pass, rtol=1e-4, atol=1e-4)
+
+
+def test_mm_errors():
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.ones(2, 3, device="tpu") @ torch.ones(4, 2, device="tpu")
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.mm(torch.ones(2, 2, device="tpu"), torch.ones(2, 2, dtype=torch.float64, device="tpu"))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.mm(torch.ones(2, 2, device="tpu:0"), torch.ones(2, 2, device="tpu:1"))
+
+
+def test_integer_mm_goes_to_fallback():
+    a = torch.arange(6).reshape(2, 3)
+    torch.tpu.reset_fallback_stats()
+    assert_same(a.to("tpu") @ a.t().to("tpu"), a @ a.t())
+    assert torch.tpu.fallback_stats().get("aten::mm", 0) == 1

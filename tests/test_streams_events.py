@@ -1,0 +1,86 @@
+"""Streams and events: ordering, synchronisation, timing, and the
+torch.Stream / torch.Event / torch.accelerator spellings."""
+import pytest
+import torch
+
+
+def test_default_and_current_streams():
+    d = torch.tpu.default_stream()
+    c = torch.tpu.current_stream()
+    assert d.stream_id == 0 and c == d
+    assert d.device == torch.device("tpu:0")
+    s = torch.tpu.Stream()
+    assert s.stream_id != 0 and s.device.type == "tpu"
+    with torch.tpu.stream(s):
+        assert torch.tpu.current_stream() == s
+        assert torch.accelerator.current_stream() == s
+    assert torch.tpu.current_stream() == d
+
+
+def test_torch_stream_and_event_spellings():
+    s = torch.Stream(device="tpu")
+    assert s.device_type == torch.tpu.current_stream().device_type
+    e = torch.Event(device="tpu", enable_timing=True)
+    with s:
+        x = torch.ones(100, device="tpu") + 1
+        e.record()
+    e.synchronize()
+    assert e.query()
+    assert s.query()
+    s.synchronize()
+    assert x.sum().item() == 200
+
+
+def test_side_stream_work_ordered_by_wait_stream(mode):
+    a = torch.randn(256, 256, device="tpu")
+    expected = (a.cpu() * 3).sum()
+    s = torch.tpu.Stream()
+    s.wait_stream(torch.tpu.current_stream())
+    with torch.tpu.stream(s):
+        b = a * 3
+        total = b.sum()
+    torch.tpu.current_stream().wait_stream(s)
+    assert torch.allclose(total.cpu(), expected, rtol=1e-4)
+
+
+def test_many_records_run_in_order():
+    x = torch.zeros(16, device="tpu")
+    for i in range(2000):
+        x.add_(1)
+    assert x.cpu().tolist() == [2000.0] * 16
+
+
+def test_event_timing_and_query():
+    start = torch.tpu.Event(enable_timing=True)
+    end = torch.tpu.Event(enable_timing=True)
+    assert start.query()  # never recorded counts as complete
+    start.record()
+    a = torch.randn(128, 128, device="tpu")
+    for _ in range(5):
+        a = a @ a / 128
+    end.record()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+
+
+def test_event_wait_across_chips():
+    e = torch.tpu.Event()
+    x = torch.full((1000,), 2.0, device="tpu:0")
+    e.record(torch.tpu.current_stream(0))
+    with torch.tpu.device(1):
+        e.wait(torch.tpu.current_stream(1))
+        y = x.to("tpu:1") * 2
+    assert y.device == torch.device("tpu:1")
+    assert y.sum().item() == 4000
+
+
+def test_event_recorded_on_another_chip_is_an_error():
+    e = torch.tpu.Event()
+    e.record(torch.tpu.current_stream(0))
+    with pytest.raises(RuntimeError, match="chip|device"):
+        e.record(torch.tpu.current_stream(1))
+
+
+def test_stream_of_another_device_type_is_rejected():
+    with pytest.raises(Exception):
+        torch.tpu.set_stream(torch.Stream(device="cpu"))

@@ -1,0 +1,37 @@
+"""torch-tpu: a native PyTorch device, ``"tpu"``, backed by a virtual TPU.
+
+Importing this package (or just ``import torch``, through PyTorch's
+``torch.backends`` entry point) registers the device: ``torch.device("tpu")``,
+``tensor.tpu()``, ``module.tpu()`` and the ``torch.tpu`` module.
+"""
+import torch
+
+REQUIRED_TORCH = "2.13.0"
+if torch.__version__.split("+")[0] != REQUIRED_TORCH:
+    raise ImportError(
+        f"torch-tpu was built for torch=={REQUIRED_TORCH} but torch {torch.__version__} is "
+        "installed. A PrivateUse1 extension is tied to one PyTorch ABI: install "
+        f"torch=={REQUIRED_TORCH}, or rebuild torch-tpu against this torch."
+    )
+
+from torch_tpu import _C  # noqa: E402  (after the version check, on purpose)
+from torch_tpu import tpu as _tpu_module  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def _register() -> None:
+    if torch._C._get_privateuse1_backend_name() == "tpu":
+        return
+    torch.utils.rename_privateuse1_backend("tpu")
+    torch._register_device_module("tpu", _tpu_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_storage=True, for_packed_sequence=True
+    )
+
+
+_register()
+
+
+def _autoload() -> None:
+    """Entry point for ``torch.backends``: importing this package registered it."""

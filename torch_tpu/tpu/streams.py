@@ -1,0 +1,105 @@
+"""Streams and events: thin subclasses of torch.Stream and torch.Event,
+which reach the runtime through the tpu device guard."""
+from typing import Any, Optional
+
+import torch
+
+from torch_tpu.tpu._utils import _device_t, _get_device_index
+
+
+def _tpu_device(device: _device_t) -> torch.device:
+    return torch.device("tpu", _get_device_index(device, optional=True))
+
+
+class Stream(torch.Stream):
+    """An in-order queue of work on one chip (see torch.cuda.Stream).
+
+    ``Stream()`` takes a stream from the chip's pool; streams are never
+    destroyed, as on CUDA."""
+
+    def __new__(cls, device: _device_t = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=_tpu_device(device), priority=priority)
+
+    def wait_event(self, event: torch.Event) -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: torch.Stream) -> None:
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: Optional[torch.Event] = None) -> torch.Event:
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def __repr__(self) -> str:
+        return f"<torch.tpu.Stream device={self.device} stream_id={self.stream_id}>"
+
+
+def _wrap(stream: torch.Stream) -> Stream:
+    return Stream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
+
+
+class Event(torch.Event):
+    """A point in a stream (see torch.cuda.Event). Timing is always on."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        if interprocess:
+            raise ValueError("torch.tpu.Event: interprocess events are not supported")
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking)
+
+    def record(self, stream: Optional[torch.Stream] = None) -> None:
+        super().record(stream if stream is not None else current_stream())
+
+    def wait(self, stream: Optional[torch.Stream] = None) -> None:
+        super().wait(stream if stream is not None else current_stream())
+
+
+def current_stream(device: _device_t = None) -> Stream:
+    return _wrap(torch.accelerator.current_stream(_get_device_index(device, optional=True)))
+
+
+def default_stream(device: _device_t = None) -> Stream:
+    index = _get_device_index(device, optional=True)
+    device_type = torch.accelerator.current_stream(index).device_type
+    return Stream(stream_id=0, device_index=index, device_type=device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+class StreamContext:
+    """Makes ``stream`` current on its chip (and the chip current) inside a with block."""
+
+    def __init__(self, stream: Optional[torch.Stream]):
+        self.stream = stream
+        self.prev_stream: Optional[torch.Stream] = None
+        self.prev_device = -1
+
+    def __enter__(self) -> Optional[torch.Stream]:
+        if self.stream is None:
+            return None
+        from torch_tpu import _C
+
+        self.prev_device = _C._current_device()
+        self.prev_stream = torch.accelerator.current_stream(self.stream.device_index)
+        _C._set_device(self.stream.device_index)
+        torch.accelerator.set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *args: Any) -> bool:
+        if self.stream is None:
+            return False
+        from torch_tpu import _C
+
+        torch.accelerator.set_stream(self.prev_stream)
+        _C._set_device(self.prev_device)
+        return False
+
+
+def stream(stream: Optional[torch.Stream]) -> StreamContext:
+    return StreamContext(stream)
