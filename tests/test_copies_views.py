@@ -138,7 +138,7 @@ def test_fill_zero_clone_contiguous(mode, native_only):
 
 
 def test_resize_and_set(native_only):
-    x = torch.arange(6.0, device="tpu")
+    x = torch.arange(6.0).to("tpu")
     x.resize_(2, 3)
     assert x.shape == (2, 3) and torch.equal(x.cpu(), torch.arange(6.0).reshape(2, 3))
     x.resize_(4, 4)

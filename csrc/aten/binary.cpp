@@ -68,13 +68,13 @@ void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, cons
   if (is_cpu_scalar(a)) a = a.to(out.device());
   tpu_op op{};
   op.code = k.code;
-  op.p.arith.alpha = to_tpu_scalar(alpha);
+  op.p.arith.alpha = to_tpu_scalar(alpha, out.scalar_type(), /*checked=*/false);
   op.p.arith.rounding = rounding;
   const at::Tensor a_full = a.expand(out.sizes());
   tpu_tensor described[3];
   if (is_cpu_scalar(b)) {
     op.n_in = 1;
-    op.p.arith.other = to_tpu_scalar(b.item());
+    op.p.arith.other = to_tpu_scalar(b.item(), out.scalar_type(), /*checked=*/false);
     describe_elementwise(k.name, {&out, &a_full}, described);
   } else {
     op.n_in = 2;

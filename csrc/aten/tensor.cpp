@@ -120,7 +120,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   tpu_op op{};
   op.code = TPU_OP_FILL;
   describe_elementwise("fill_", {&self}, &op.out);
-  op.p.fill.value = to_tpu_scalar(value);
+  op.p.fill.value = to_tpu_scalar(value, self.scalar_type(), /*checked=*/true);
   submit(self.device().index(), op, "aten::fill_.Scalar");
   return self;
 }

@@ -2,6 +2,8 @@
 // submission: the pieces every registration file uses (see glue.h).
 #include "core/glue.h"
 
+#include <ATen/Dispatch.h>
+
 #include <algorithm>
 #include <array>
 #include <string>
@@ -120,20 +122,19 @@ tpu_tensor describe(const at::Tensor& t) {
   return d;
 }
 
-tpu_scalar to_tpu_scalar(const c10::Scalar& s) {
-  TORCH_CHECK(!s.isComplex(), "tpu: complex scalars are not supported yet (got ", s, ")");
-  tpu_scalar r;
-  if (s.isBoolean()) {
-    r.i = s.toBool() ? 1 : 0;
-    r.f = static_cast<double>(r.i);
-  } else if (s.isIntegral(false)) {
-    r.i = s.toLong();
-    r.f = static_cast<double>(r.i);
-  } else {
-    r.f = s.toDouble();
-    // Integer compute never reads a float scalar: the glue promotes first.
-    r.i = 0;
-  }
+tpu_scalar to_tpu_scalar(const c10::Scalar& s, at::ScalarType type, bool checked) {
+  TORCH_CHECK_TYPE(!s.isComplex(), "tpu: complex scalars are not supported yet (got ", s, ")");
+  tpu_scalar r{};
+  AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, type, "to_tpu_scalar", [&] {
+    const scalar_t v = checked ? s.to<scalar_t>()
+                       : s.isFloatingPoint() ? c10::convert<scalar_t>(s.toDouble())
+                                             : c10::convert<scalar_t>(s.toLong());
+    r.f = static_cast<double>(v);
+    r.i = std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, at::Half> ||
+                  std::is_same_v<scalar_t, at::BFloat16>
+              ? 0
+              : static_cast<int64_t>(v);
+  });
   return r;
 }
 

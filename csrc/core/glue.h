@@ -58,8 +58,10 @@ bool describable(const at::Tensor& t);
 // be describable().
 tpu_tensor describe(const at::Tensor& t);
 
-// A host scalar in both forms (see tpu_scalar in op.h).
-tpu_scalar to_tpu_scalar(const c10::Scalar& s);
+// A host scalar converted to `type` as PyTorch converts it, then given in
+// both forms (see tpu_scalar in op.h). `checked`: raise if the value
+// overflows the type (fill_); otherwise wrap as a cast does (operands).
+tpu_scalar to_tpu_scalar(const c10::Scalar& s, at::ScalarType type, bool checked);
 
 // Describes tensors of equal sizes for an element-wise op, first merging
 // adjacent dims that every tensor stores contiguously relative to each

@@ -195,7 +195,7 @@ typedef struct {
 /* Describes input t for the flat path, or returns false if it does not
  * fit (wrong dtype or layout). */
 static bool flat_input(const tpu_tensor *t, const tpu_tensor *out, flat_f32 *f) {
-    if (t->dtype != TPU_DTYPE_F32)
+    if (t->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(t))
         return false;
     if (tpu_k_same_layout(t, out)) {
         *f = (flat_f32){t->data, 1};
@@ -242,14 +242,15 @@ __attribute__((target("avx2,fma"))) static void f32_flat_avx2(tpu_op_code code, 
 }
 #endif
 
-/* Fast path: all-f32 operands where out is dense and each input is laid
- * out like out or is a broadcast scalar; the op then runs over flat
+/* Fast path: aligned all-f32 operands where out is dense and each input
+ * is laid out like out or is a broadcast scalar; the op then runs over flat
  * memory offsets. Anything else goes to the reference path. */
 tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     float other = (float)op->p.arith.other.f;
     flat_f32 a, b = {&other, 0};
-    if (o->dtype != TPU_DTYPE_F32 || !tpu_k_is_dense(o) || !flat_input(&op->in[0], o, &a) ||
+    if (o->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) ||
+        !flat_input(&op->in[0], o, &a) ||
         (op->n_in == 2 && !flat_input(&op->in[1], o, &b)))
         return tpu_k_binary_ref(op, ith, nth);
     int64_t start, end;

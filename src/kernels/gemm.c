@@ -16,7 +16,6 @@
  * alpha/beta/bias step and rounding to out.dtype happen when a C block is
  * written out. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels_internal.h"
 #include "matmul.h"
@@ -68,30 +67,44 @@ static bool always_available(void) {
 
 #if TPU_K_X86
 /* AVX2+FMA 6x16 kernel: 12 ymm accumulators (6 rows x 2 halves of 8),
- * two B loads and six A broadcasts per k. */
+ * two B loads and six A broadcasts per k. Written out row by row so that
+ * the accumulators live in registers (an array would be kept in memory
+ * at -O2). */
+#define TPU_K_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 __attribute__((target("avx2,fma"))) static void tpu_k_gemm_f32_avx2_6x16(int64_t kc,
                                                                          const float *a,
                                                                          const float *b, float *c,
                                                                          int64_t ldc,
                                                                          bool accumulate) {
-    __m256 c0[6], c1[6];
-    for (int i = 0; i < 6; i++) {
-        c0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-        c1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+#define DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
+    TPU_K_ROWS6(DECL)
+#undef DECL
+    if (accumulate) {
+#define LOAD(i)                                                                                    \
+    c##i##0 = _mm256_loadu_ps(c + i * ldc);                                                        \
+    c##i##1 = _mm256_loadu_ps(c + i * ldc + 8);
+        TPU_K_ROWS6(LOAD)
+#undef LOAD
     }
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(b + k * 16), b1 = _mm256_load_ps(b + k * 16 + 8);
-        for (int i = 0; i < 6; i++) {
-            __m256 ai = _mm256_broadcast_ss(a + k * 6 + i);
-            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
-            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
-        }
+        const float *ak = a + k * 6;
+#define STEP(i)                                                                                    \
+    {                                                                                              \
+        __m256 ai = _mm256_broadcast_ss(ak + i);                                                   \
+        c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                                                \
+        c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1);                                                \
     }
-    for (int i = 0; i < 6; i++) {
-        _mm256_storeu_ps(c + i * ldc, c0[i]);
-        _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+        TPU_K_ROWS6(STEP)
+#undef STEP
     }
+#define STORE(i)                                                                                   \
+    _mm256_storeu_ps(c + i * ldc, c##i##0);                                                        \
+    _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
+    TPU_K_ROWS6(STORE)
+#undef STORE
 }
+#undef TPU_K_ROWS6
 #endif
 
 /* First available entry wins: fastest first, portable last. */
@@ -121,21 +134,34 @@ typedef struct {
     int passes;
 } pack_ctx;
 
+/* Operand value (row, k) converted to f32 and split into precision part
+ * `part`. Inlined with dt, prec and side fixed at each call site, so the
+ * dtype switch and the precision test fold away. */
+static inline __attribute__((always_inline)) float packed_value(const tpu_tensor *t, int64_t row,
+                                                                int64_t col, tpu_dtype dt,
+                                                                tpu_precision prec,
+                                                                tpu_k_mm_side side, int part) {
+    const char *p = (const char *)t->data +
+                    (row * t->strides[0] + col * t->strides[1]) * (int64_t)tpu_dtype_size(dt);
+    return tpu_k_mm_part(tpu_k_load_f32(p, dt), dt, prec, side, part);
+}
+
 /* Packs rows [i0, i0 + mb) x packed k [p0, p0 + kb) of A into panels of
  * mr rows: panel q holds, for each packed k t, the values of its mr rows
  * (dst[q * kb * mr + t * mr + r]); rows past mb are zero. */
-static void pack_a(const pack_ctx *cx, int64_t i0, int64_t mb, int64_t p0, int64_t kb, int mr,
-                   float *dst) {
+static inline __attribute__((always_inline)) void pack_a_as(const pack_ctx *cx, tpu_dtype dt,
+                                                            tpu_precision prec, int passes,
+                                                            int64_t i0, int64_t mb, int64_t p0,
+                                                            int64_t kb, int mr, float *dst) {
     for (int64_t ir = 0; ir < mb; ir += mr) {
         float *panel = dst + ir * kb;
         int64_t rows = mb - ir < mr ? mb - ir : mr;
         for (int64_t t = 0; t < kb; t++) {
-            int64_t kk = p0 + t, k = kk / cx->passes;
-            int part = (int)(kk % cx->passes);
+            int64_t kk = p0 + t, k = kk / passes;
+            int part = (int)(kk % passes);
             float *col = panel + t * mr;
             for (int64_t r = 0; r < rows; r++)
-                col[r] = tpu_k_mm_part(tpu_k_mm_load(cx->a, i0 + ir + r, k), cx->dt, cx->prec,
-                                       TPU_K_MM_LHS, part);
+                col[r] = packed_value(cx->a, i0 + ir + r, k, dt, prec, TPU_K_MM_LHS, part);
             for (int64_t r = rows; r < mr; r++)
                 col[r] = 0.0f;
         }
@@ -144,22 +170,78 @@ static void pack_a(const pack_ctx *cx, int64_t i0, int64_t mb, int64_t p0, int64
 
 /* Packs packed k [p0, p0 + kb) x columns [j0, j0 + nb) of B into panels
  * of nr columns (dst[q * kb * nr + t * nr + c]); columns past nb are zero. */
-static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb, int nr,
-                   float *dst) {
+static inline __attribute__((always_inline)) void pack_b_as(const pack_ctx *cx, tpu_dtype dt,
+                                                            tpu_precision prec, int passes,
+                                                            int64_t p0, int64_t kb, int64_t j0,
+                                                            int64_t nb, int nr, float *dst) {
     for (int64_t jr = 0; jr < nb; jr += nr) {
         float *panel = dst + jr * kb;
         int64_t cols = nb - jr < nr ? nb - jr : nr;
         for (int64_t t = 0; t < kb; t++) {
-            int64_t kk = p0 + t, k = kk / cx->passes;
-            int part = (int)(kk % cx->passes);
+            int64_t kk = p0 + t, k = kk / passes;
+            int part = (int)(kk % passes);
             float *row = panel + t * nr;
             for (int64_t c = 0; c < cols; c++)
-                row[c] = tpu_k_mm_part(tpu_k_mm_load(cx->b, k, j0 + jr + c), cx->dt, cx->prec,
-                                       TPU_K_MM_RHS, part);
+                row[c] = packed_value(cx->b, k, j0 + jr + c, dt, prec, TPU_K_MM_RHS, part);
             for (int64_t c = cols; c < nr; c++)
                 row[c] = 0.0f;
         }
     }
+}
+
+/* The operand kinds packing specialises for. */
+typedef enum { PACK_F32, PACK_F32_MEDIUM, PACK_F32_HIGH, PACK_F16, PACK_BF16 } pack_kind;
+
+static pack_kind pack_kind_of(const pack_ctx *cx) {
+    if (cx->dt == TPU_DTYPE_F16)
+        return PACK_F16;
+    if (cx->dt == TPU_DTYPE_BF16)
+        return PACK_BF16;
+    return cx->prec == TPU_PRECISION_HIGH     ? PACK_F32_HIGH
+           : cx->prec == TPU_PRECISION_MEDIUM ? PACK_F32_MEDIUM
+                                              : PACK_F32;
+}
+
+static void pack_a(const pack_ctx *cx, int64_t i0, int64_t mb, int64_t p0, int64_t kb, int mr,
+                   float *dst) {
+    switch (pack_kind_of(cx)) {
+    case PACK_F32: pack_a_as(cx, TPU_DTYPE_F32, TPU_PRECISION_HIGHEST, 1, i0, mb, p0, kb, mr, dst); break;
+    case PACK_F32_MEDIUM: pack_a_as(cx, TPU_DTYPE_F32, TPU_PRECISION_MEDIUM, 1, i0, mb, p0, kb, mr, dst); break;
+    case PACK_F32_HIGH: pack_a_as(cx, TPU_DTYPE_F32, TPU_PRECISION_HIGH, 3, i0, mb, p0, kb, mr, dst); break;
+    case PACK_F16: pack_a_as(cx, TPU_DTYPE_F16, TPU_PRECISION_HIGHEST, 1, i0, mb, p0, kb, mr, dst); break;
+    case PACK_BF16: pack_a_as(cx, TPU_DTYPE_BF16, TPU_PRECISION_HIGHEST, 1, i0, mb, p0, kb, mr, dst); break;
+    }
+}
+
+static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb, int nr,
+                   float *dst) {
+    switch (pack_kind_of(cx)) {
+    case PACK_F32: pack_b_as(cx, TPU_DTYPE_F32, TPU_PRECISION_HIGHEST, 1, p0, kb, j0, nb, nr, dst); break;
+    case PACK_F32_MEDIUM: pack_b_as(cx, TPU_DTYPE_F32, TPU_PRECISION_MEDIUM, 1, p0, kb, j0, nb, nr, dst); break;
+    case PACK_F32_HIGH: pack_b_as(cx, TPU_DTYPE_F32, TPU_PRECISION_HIGH, 3, p0, kb, j0, nb, nr, dst); break;
+    case PACK_F16: pack_b_as(cx, TPU_DTYPE_F16, TPU_PRECISION_HIGHEST, 1, p0, kb, j0, nb, nr, dst); break;
+    case PACK_BF16: pack_b_as(cx, TPU_DTYPE_BF16, TPU_PRECISION_HIGHEST, 1, p0, kb, j0, nb, nr, dst); break;
+    }
+}
+
+/* Writes a finished C block (mb x nb at rows ic, columns jc) to out. MM
+ * with an aligned f32 out stores the accumulators directly; everything else goes
+ * through tpu_k_mm_store_f32, which gives the same bytes for MM. */
+static void store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
+                        const float *cbuf, int64_t ldc) {
+    const tpu_tensor *o = &op->out;
+    if (op->code == TPU_OP_MM && o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o)) {
+        float *base = (float *)o->data;
+        for (int64_t i = 0; i < mb; i++) {
+            float *row = base + (ic + i) * o->strides[0] + jc * o->strides[1];
+            for (int64_t j = 0; j < nb; j++)
+                row[j * o->strides[1]] = cbuf[i * ldc + j];
+        }
+        return;
+    }
+    for (int64_t i = 0; i < mb; i++)
+        for (int64_t j = 0; j < nb; j++)
+            tpu_k_mm_store_f32(op, ic + i, jc + j, cbuf[i * ldc + j]);
 }
 
 /* 64-byte aligned buffer of n floats (rounded up to whole cache lines). */
@@ -214,9 +296,7 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
                                     ldc, pc > 0);
             }
             /* The chains are complete: finish and store this C block. */
-            for (int64_t i = 0; i < mb; i++)
-                for (int64_t j = 0; j < nb; j++)
-                    tpu_k_mm_store_f32(op, ic + i, jc + j, cbuf[i * ldc + j]);
+            store_block(op, ic, mb, jc, nb, cbuf, ldc);
         }
     }
     free(apack);

@@ -26,9 +26,14 @@ typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
 /* Name for messages: the submitter's name, else the opcode's. */
 const char *tpu_k_op_label(const tpu_op *op);
 
-/* True if this CPU can run the AVX2+FMA variants (x86-64 only). Cached
- * after the first call; thread-safe. */
+/* True if the AVX2+FMA variants may run: this CPU has them (x86-64 only,
+ * probed once, thread-safe) and they are not switched off by
+ * tpu_k_set_portable_only. */
 bool tpu_k_cpu_has_avx2_fma(void);
+
+/* Testing hook: true makes every fast path use its portable C variant
+ * (as on a CPU without AVX2), so that those variants get tested too. */
+void tpu_k_set_portable_only(bool on);
 
 /* COPY and FILL (copy_fill.c). */
 tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth);

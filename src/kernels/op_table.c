@@ -137,7 +137,16 @@ bool tpu_kernels_get_reference(void) {
     return v == 1;
 }
 
+/* Set by tpu_k_set_portable_only; relaxed like g_reference. */
+static atomic_bool g_portable_only = false;
+
+void tpu_k_set_portable_only(bool on) {
+    atomic_store_explicit(&g_portable_only, on, memory_order_relaxed);
+}
+
 bool tpu_k_cpu_has_avx2_fma(void) {
+    if (atomic_load_explicit(&g_portable_only, memory_order_relaxed))
+        return false;
 #if defined(__x86_64__) && defined(__GNUC__)
     /* -1 unknown, 0 or 1 once probed; probing twice is harmless. */
     static atomic_int cached = -1;

@@ -225,10 +225,11 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
-/* Fast paths for f32 input and float output: trailing-dims and
+/* Fast paths for aligned f32 input and float output: trailing-dims and
  * leading-dims reductions of contiguous data. The rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
-    if (op->in[0].dtype == TPU_DTYPE_F32 && tpu_dtype_is_float(op->out.dtype)) {
+    if (op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
+        tpu_dtype_is_float(op->out.dtype)) {
         if (trailing_block(op) >= 0)
             return reduce_trailing(op, ith, nth);
         if (is_leading_block(op))

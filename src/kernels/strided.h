@@ -74,6 +74,13 @@ bool tpu_k_same_layout(const tpu_tensor *t, const tpu_tensor *like);
 /* True if every dim of size > 1 has stride 0: all elements are one value. */
 bool tpu_k_is_scalar_broadcast(const tpu_tensor *t);
 
+/* True if t's data is aligned to its element size. Fast paths that use
+ * typed pointers need it; host memory (COPY's input) may lack it, and the
+ * reference paths, which go through memcpy, do not care. */
+static inline bool tpu_k_is_aligned(const tpu_tensor *t) {
+    return (uintptr_t)t->data % tpu_dtype_size(t->dtype) == 0;
+}
+
 /* Splits n items into nth contiguous, balanced ranges and returns share
  * ith in [*start, *end). Depends only on (n, ith, nth). */
 void tpu_k_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end);

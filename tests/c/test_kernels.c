@@ -149,7 +149,9 @@ static double t_unit(void) {
 
 /* ------------------------------------------------------------ tensors */
 
-enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST };
+/* L_ODD: row-major, but data 1 byte past an aligned address (host
+ * buffers such as torch.frombuffer with an odd offset). */
+enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST, L_ODD };
 enum { S_NONE, S_SPECIALS, S_NAN_BIAS, S_INT_EDGE };
 
 typedef struct {
@@ -210,13 +212,14 @@ static void tb_make(tbuf *b, tpu_dtype dt, int ndim, const int64_t *sizes, int l
         else
             hi += span;
     }
-    size_t es = t_size(dt);
-    b->bytes = (size_t)(hi - lo + 1) * es;
+    size_t es = t_size(dt), skew = layout == L_ODD ? 1 : 0;
+    b->bytes = (size_t)(hi - lo + 1) * es + skew;
     b->alloc = malloc(b->bytes);
     b->pristine = malloc(b->bytes);
-    for (size_t i = 0; i < b->bytes; i += es)
+    b->alloc[0] = 0x5a;
+    for (size_t i = skew; i + es <= b->bytes; i += es)
         t_store_random(b->alloc + i, dt, special);
-    b->t.data = b->alloc + (size_t)(-lo) * es;
+    b->t.data = b->alloc + (size_t)(-lo) * es + skew;
     memcpy(b->pristine, b->alloc, b->bytes);
 }
 
@@ -313,8 +316,11 @@ static const krow k_rows[] = {
     {"add i16 = f32 + i16", TPU_OP_ADD, 2, {8, 9}, I16, {F32, I16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
     {"add bool", TPU_OP_ADD, 2, {8, 9}, BOOL, {BOOL, BOOL}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
     {"mul bool = bool * f32", TPU_OP_MUL, 2, {8, 9}, BOOL, {BOOL, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"add f32 misaligned", TPU_OP_ADD, 2, {33, 9}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
     /* copy and fill */
     {"copy f32", TPU_OP_COPY, 2, {300, 129}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F32, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, 0, 0},
+    {"copy f64 <- f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F64, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 0, 0, 0},
     {"copy f32 transpose", TPU_OP_COPY, 3, {7, 9, 11}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
     {"copy f16 neg", TPU_OP_COPY, 2, {7, 9}, F16, {F16}, 1, L_NEG, L_PAD, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy f32 <- f16", TPU_OP_COPY, 2, {7, 9}, F32, {F16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
@@ -343,6 +349,7 @@ static const krow k_rows[] = {
     {"sum f32 first two", TPU_OP_SUM, 3, {30, 4, 7}, F64, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 1e-12},
     {"sum f32 middle", TPU_OP_SUM, 3, {3, 40, 7}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
     {"sum f32 all", TPU_OP_SUM, 2, {70, 1000}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 1e-6},
+    {"sum f32 misaligned", TPU_OP_SUM, 2, {30, 9}, F32, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 2, 0, 1e-6},
     {"sum f32 transposed", TPU_OP_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 5, 0, 1e-6},
     {"sum f16 -> f32", TPU_OP_SUM, 2, {9, 33}, F32, {F16}, 1, L_CONTIG, L_PAD, 0, 0, 0, 2, 0, 1e-6},
     {"sum bf16 -> bf16", TPU_OP_SUM, 2, {9, 33}, BF16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
@@ -363,6 +370,7 @@ static const krow k_rows[] = {
     {"mm f32 neg", TPU_OP_MM, 2, {13, 300, 9}, F32, {F32, F32}, 2, L_NEG, L_NEG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
     {"mm f32 blocks", TPU_OP_MM, 2, {150, 270, 40}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
     {"mm f32 wide", TPU_OP_MM, 2, {7, 20, 2100}, F32, {F32, F32}, 2, L_TRANS, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm f32 misaligned", TPU_OP_MM, 2, {9, 17, 20}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"mm f32 high", TPU_OP_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGH, 0, 2e-4},
     {"mm f32 medium", TPU_OP_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 2e-2},
     {"mm f16", TPU_OP_MM, 2, {20, 50, 30}, F16, {F16, F16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 1e-5},
@@ -675,21 +683,30 @@ static void run_row(const krow *r) {
     }
 
     size_t es = t_size(r->out);
-    unsigned char *runs[4];
-    static const struct { bool ref; int nth; } ways[4] = {{true, 1}, {true, 3}, {false, 1}, {false, 3}};
-    for (int w = 0; w < 4; w++) {
+    /* Reference, fast, and fast with the portable C variants forced. */
+    enum { WAYS = 5 };
+    unsigned char *runs[WAYS];
+    static const struct {
+        bool ref, portable;
+        int nth;
+    } ways[WAYS] = {{true, false, 1}, {true, false, 3}, {false, false, 1}, {false, false, 3},
+                    {false, true, 3}};
+    for (int w = 0; w < WAYS; w++) {
         for (int i = 0; i < n_bufs; i++)
             memcpy(in[i].alloc, in[i].pristine, in[i].bytes);
         memcpy(out.alloc, out.pristine, out.bytes);
         tpu_kernels_set_reference(ways[w].ref);
+        tpu_k_set_portable_only(ways[w].portable);
         CHECK_OK(run_shares(&op, ways[w].nth));
+        tpu_k_set_portable_only(false);
         runs[w] = malloc((size_t)(n ? n : 1) * es);
         int64_t bad = 0;
         for (int64_t e = 0; e < n; e++) {
             memcpy(runs[w] + e * (int64_t)es, t_at(&op.out, e), es);
             if (!values_match(r, &want[e], t_at(&op.out, e)) && bad++ < 3)
                 fprintf(stderr, "    %s [%s nth=%d] element %lld: got %.9g / %lld, want %.9g / %lld\n",
-                        r->label, ways[w].ref ? "ref" : "fast", ways[w].nth, (long long)e,
+                        r->label, ways[w].ref ? "ref" : ways[w].portable ? "portable" : "fast",
+                        ways[w].nth, (long long)e,
                         t_read_f(t_at(&op.out, e), r->out), (long long)t_read_i(t_at(&op.out, e), r->out),
                         want[e].f, (long long)want[e].i);
         }
@@ -709,11 +726,12 @@ static void run_row(const krow *r) {
             free(b);
         }
     }
-    /* Same bytes for any nth; and fast == reference, except the fast
-     * trailing-dims sum, which adds in 16 lanes. */
+    /* Same bytes for any nth and for the portable variants; and fast ==
+     * reference, except the fast trailing-dims sum (16 lanes). */
     size_t nbytes = (size_t)n * es;
     CHECK(memcmp(runs[0], runs[1], nbytes) == 0);
     CHECK(memcmp(runs[2], runs[3], nbytes) == 0);
+    CHECK(memcmp(runs[3], runs[4], nbytes) == 0);
     if (r->op != TPU_OP_SUM && r->op != TPU_OP_MEAN) {
         bool same = true;
         for (int64_t e = 0; e < n; e++) {
@@ -726,7 +744,7 @@ static void run_row(const krow *r) {
         if (!same)
             fprintf(stderr, "    row %s: fast and reference paths differ\n", r->label);
     }
-    for (int w = 0; w < 4; w++)
+    for (int w = 0; w < WAYS; w++)
         free(runs[w]);
     free(want);
 done:

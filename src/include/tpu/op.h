@@ -76,8 +76,8 @@ typedef enum {
 } tpu_rounding;
 
 /* Matrix-unit precision, from torch.set_float32_matmul_precision. Applies
- * to f32 operands; bf16/f16 operands always use one bf16 pass with f32
- * accumulation. */
+ * to f32 operands; bf16/f16 operands are exact in f32, so their products
+ * are exact and accumulate in f32 whatever the precision. */
 typedef enum {
     TPU_PRECISION_HIGHEST = 0, /* full f32 products */
     TPU_PRECISION_HIGH,        /* 3 bf16 passes (hi*hi + hi*lo + lo*hi), f32 accumulation */
@@ -104,9 +104,11 @@ typedef struct tpu_op {
             tpu_scalar value;
         } fill;
         /* SUM, MEAN: out has in[0]'s rank; out.sizes[d] == 1 for every dim d
-         * with bit d of mask set, == in[0].sizes[d] otherwise. Floats
-         * accumulate in f64, integers in i64. MEAN needs a float out. A
-         * reduction over zero elements gives 0 for SUM and NaN for MEAN. */
+         * with bit d of mask set, == in[0].sizes[d] otherwise. The
+         * accumulator follows out.dtype: f64 for float outs, wrapping i64
+         * for integer and bool outs (each element converted to it first).
+         * MEAN needs a float out. A reduction over zero elements gives 0
+         * for SUM and NaN for MEAN. */
         struct {
             uint32_t mask;
         } reduce;
