@@ -99,7 +99,7 @@ def test_bad_configuration_is_reported():
         print(torch.tpu.is_available())
         try:
             torch.empty(1, device="tpu")
-        except RuntimeError as e:
+        except (RuntimeError, ValueError) as e:
             print("error:", e)
         """,
         {"TORCH_TPU_GENERATION": "v99"},

@@ -54,7 +54,8 @@ uint64_t mix64(uint64_t x) {
 }
 
 // Replaces a missing or tpu generator argument by a fresh CPU generator
-// seeded from the tpu generator's (seed, next offset).
+// seeded from the tpu generator's (seed, next offset). A CPU generator
+// given explicitly is kept.
 void derive_cpu_generators(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& args = op.schema().arguments();
   const size_t first = stack->size() - args.size();
@@ -87,8 +88,38 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (warn)
     TORCH_WARN(name, " has no native tpu kernel yet and runs on the CPU (copies in and out). "
                "torch.tpu.fallback_stats() counts these calls.");
+  if (!op.hasTag(at::Tag::nondeterministic_seeded)) {
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
+  // A random op: its randomness must come from the tpu generator. Explicit
+  // generator arguments are replaced; ops that draw from the CPU default
+  // generator internally (native_dropout, ...) get it seeded from the tpu
+  // generator for the call, then restored, so the CPU stream is untouched.
+  // (Another thread drawing CPU random numbers during this call would see
+  // the borrowed state: the price of reusing PyTorch's CPU kernels.)
+  const auto& args = op.schema().arguments();
+  const c10::DeviceIndex chip = chip_of_args(*stack, stack->size() - args.size(), args.size());
   derive_cpu_generators(op, stack);
-  at::native::cpu_fallback(op, stack);
+  at::Generator cpu_default = at::detail::getDefaultCPUGenerator();
+  c10::intrusive_ptr<c10::TensorImpl> saved;
+  {
+    std::lock_guard<std::mutex> lock(cpu_default.mutex());
+    saved = cpu_default.get_state().getIntrusivePtr();
+    TpuGeneratorImpl* gen = get_generator(std::nullopt, chip);
+    cpu_default.set_current_seed(mix64(gen->current_seed() ^ mix64(gen->take_offset())));
+  }
+  auto restore = [&] {
+    std::lock_guard<std::mutex> lock(cpu_default.mutex());
+    cpu_default.set_state(at::Tensor(saved));
+  };
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_stats() {

@@ -2,7 +2,6 @@
 #include "core/generator.h"
 
 #include <ATen/Utils.h>
-#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <c10/core/TensorImpl.h>
 
 #include <cstring>
@@ -104,15 +103,5 @@ TpuGeneratorImpl* get_generator(const std::optional<at::Generator>& gen, c10::De
   }
   return at::check_generator<TpuGeneratorImpl>(default_generator(index));
 }
-
-namespace {
-at::Generator make_tpu_generator(c10::DeviceIndex index) {
-  if (index < 0) index = current_chip();
-  check_chip_index(index, "Generator");
-  return at::make_generator<TpuGeneratorImpl>(index);
-}
-}  // namespace
-
-REGISTER_GENERATOR_PRIVATEUSE1(make_tpu_generator)
 
 }  // namespace torch_tpu

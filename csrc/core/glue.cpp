@@ -130,6 +130,10 @@ tpu_scalar to_tpu_scalar(const c10::Scalar& s, at::ScalarType type, bool checked
                        : s.isFloatingPoint() ? c10::convert<scalar_t>(s.toDouble())
                                              : c10::convert<scalar_t>(s.toLong());
     r.f = static_cast<double>(v);
+    // An operand of a bf16/f16 op stays in f32, the op's compute type, as
+    // PyTorch's CPU kernels keep it.
+    if (!checked && (std::is_same_v<scalar_t, at::Half> || std::is_same_v<scalar_t, at::BFloat16>))
+      r.f = static_cast<double>(static_cast<float>(s.toDouble()));
     r.i = std::is_floating_point_v<scalar_t> || std::is_same_v<scalar_t, at::Half> ||
                   std::is_same_v<scalar_t, at::BFloat16>
               ? 0

@@ -21,11 +21,8 @@
 #include "kernels_internal.h"
 #include "strided.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if TPU_K_X86
 #include <immintrin.h>
-#define TPU_K_X86 1
-#else
-#define TPU_K_X86 0
 #endif
 
 /* ------------------------------------------------- scalar arithmetic */

@@ -21,11 +21,8 @@
 #include "matmul.h"
 #include "strided.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if TPU_K_X86
 #include <immintrin.h>
-#define TPU_K_X86 1
-#else
-#define TPU_K_X86 0
 #endif
 
 /* Computes c[0..mr)[0..nr) (row stride ldc) from packed panels a (kc

@@ -20,6 +20,14 @@
 #include "tpu/op.h"
 #include "tpu/status.h"
 
+/* 1 where the AVX2+FMA variants can be compiled (x86-64 with GCC-style
+ * target attributes); they still run only if tpu_k_cpu_has_avx2_fma(). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TPU_K_X86 1
+#else
+#define TPU_K_X86 0
+#endif
+
 /* The one kernel signature, shared by reference and fast variants. */
 typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
 

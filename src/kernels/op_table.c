@@ -147,7 +147,7 @@ void tpu_k_set_portable_only(bool on) {
 bool tpu_k_cpu_has_avx2_fma(void) {
     if (atomic_load_explicit(&g_portable_only, memory_order_relaxed))
         return false;
-#if defined(__x86_64__) && defined(__GNUC__)
+#if TPU_K_X86
     /* -1 unknown, 0 or 1 once probed; probing twice is harmless. */
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);

@@ -42,19 +42,22 @@ def _wrap(stream: torch.Stream) -> Stream:
     return Stream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=stream.device_type)
 
 
-class Event(torch.Event):
-    """A point in a stream (see torch.cuda.Event). Timing is always on."""
+class _EventMeta(type(torch.Event)):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "tpu"
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+
+class Event(torch.Event, metaclass=_EventMeta):
+    """A point in a stream (see torch.cuda.Event). Timing is always on.
+
+    ``Event(...)`` returns a plain ``torch.Event`` on the tpu device, because
+    PyTorch's event methods (``elapsed_time``) accept only exact
+    ``torch.Event`` objects; ``isinstance(e, torch.tpu.Event)`` still holds."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
         if interprocess:
             raise ValueError("torch.tpu.Event: interprocess events are not supported")
-        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking)
-
-    def record(self, stream: Optional[torch.Stream] = None) -> None:
-        super().record(stream if stream is not None else current_stream())
-
-    def wait(self, stream: Optional[torch.Stream] = None) -> None:
-        super().wait(stream if stream is not None else current_stream())
+        return torch.Event(device="tpu", enable_timing=enable_timing, blocking=blocking)
 
 
 def current_stream(device: _device_t = None) -> Stream:
