@@ -93,6 +93,7 @@ def test_capacity_is_enforced_across_allocations():
 def test_record_stream_and_storage_resize():
     s = torch.tpu.Stream()
     x = torch.ones(1 << 16, device="tpu")
+    s.wait_stream(torch.tpu.current_stream())  # x is filled on the default stream
     with torch.tpu.stream(s):
         y = x * 2
     x.record_stream(s)

@@ -28,27 +28,27 @@ void check_dtype(at::ScalarType type, const char* op) {
                    kSupportedDtypes, ")");
 }
 
-c10::DeviceIndex target_chip(std::optional<c10::Device> device, const char* op) {
+// The checks every factory shares; returns the chip and dtype to allocate.
+std::pair<c10::DeviceIndex, at::ScalarType> factory_target(const char* op, std::optional<at::ScalarType> dtype,
+                                                           std::optional<c10::Layout> layout,
+                                                           std::optional<c10::Device> device,
+                                                           std::optional<bool> pin_memory) {
   const c10::Device d = c10::device_or_default(device);
   TORCH_CHECK(d.type() == kTpu, op, ": expected a tpu device, got ", d);
-  const c10::DeviceIndex index = d.has_index() ? d.index() : current_chip();
-  check_chip_index(index, op);
-  return index;
-}
-
-void check_layout(std::optional<c10::Layout> layout, const char* op) {
+  const c10::DeviceIndex chip = d.has_index() ? d.index() : current_chip();
+  check_chip_index(chip, op);
   TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, op,
               ": tpu supports only strided tensors, got layout ", c10::layout_or_default(layout));
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), op, ": only CPU tensors can be pinned");
+  const at::ScalarType type = c10::dtype_or_default(dtype);
+  check_dtype(type, op);
+  return {chip, type};
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
-  const c10::DeviceIndex chip = target_chip(device, "empty");
-  check_layout(layout, "empty");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "empty: only CPU tensors can be pinned");
-  const at::ScalarType type = c10::dtype_or_default(dtype);
-  check_dtype(type, "empty");
+  const auto [chip, type] = factory_target("empty", dtype, layout, device, pin_memory);
   c10::DeviceGuard guard(c10::Device(kTpu, chip));
   return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    type, memory_format);
@@ -57,11 +57,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                          std::optional<bool> pin_memory) {
-  const c10::DeviceIndex chip = target_chip(device, "empty_strided");
-  check_layout(layout, "empty_strided");
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "empty_strided: only CPU tensors can be pinned");
-  const at::ScalarType type = c10::dtype_or_default(dtype);
-  check_dtype(type, "empty_strided");
+  const auto [chip, type] = factory_target("empty_strided", dtype, layout, device, pin_memory);
   c10::DeviceGuard guard(c10::Device(kTpu, chip));
   return at::detail::empty_strided_generic(size, stride, device_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
