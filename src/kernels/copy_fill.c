@@ -7,12 +7,17 @@
  * .i for integer outputs (wrapped), .i != 0 for bool.
  *
  * Work split: contiguous ranges of out's row-major element index (memory
- * offsets on the flat path); elements are independent, so any split
- * writes the same bytes. */
+ * offsets on the flat path, strips of tiles on the transpose path);
+ * elements are independent, so any split writes the same bytes. */
 #include <string.h>
 
+#include "convert.h"
 #include "kernels_internal.h"
 #include "strided.h"
+
+#if TPU_K_X86
+#include <immintrin.h>
+#endif
 
 /* ------------------------------------------------------------- COPY */
 
@@ -95,31 +100,178 @@ static bool is_fast_float_pair(tpu_dtype odt, tpu_dtype idt) {
     return other == TPU_DTYPE_BF16 || other == TPU_DTYPE_F16 || other == TPU_DTYPE_F64;
 }
 
+/* Converts n contiguous elements with the run conversions when both
+ * sides are f32/f16/bf16 and aligned; returns false otherwise. */
+static bool convert_run_contig(char *out, tpu_dtype odt, const char *in, tpu_dtype idt, int64_t n,
+                               bool aligned) {
+    if (!aligned || !tpu_k_cvt_supported(odt) || !tpu_k_cvt_supported(idt) ||
+        (odt != TPU_DTYPE_F32 && idt != TPU_DTYPE_F32))
+        return false;
+    if (odt == TPU_DTYPE_F32)
+        tpu_k_cvt_to_f32((float *)out, in, idt, n);
+    else
+        tpu_k_cvt_from_f32(out, odt, (const float *)in, n);
+    return true;
+}
+
+/* Copies one tile, rows [0, nr) x columns [0, nc), element (r, c) from
+ * in + (r * ir + c * ic) * es to out + (r * or + c) * es (strides in
+ * elements). Columns outermost: in's rows are its contiguous direction. */
+static inline __attribute__((always_inline)) void tile_copy(char *out, int64_t orow,
+                                                            const char *in, int64_t ir,
+                                                            int64_t ic, int64_t nr, int64_t nc,
+                                                            size_t es) {
+    for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = 0; r < nr; r++)
+            memcpy(out + (r * orow + c) * (int64_t)es, in + (r * ir + c * ic) * (int64_t)es, es);
+}
+
+#if TPU_K_X86
+/* One 8x8 block of 4-byte elements: out[r * orow + c] = in[r + c * ic]
+ * for r, c < 8. The 8 columns are contiguous loads, transposed in
+ * registers (pure data movement: the bits are copied unchanged). */
+__attribute__((target("avx2,fma"))) static void transpose8x8_avx2(float *out, int64_t orow,
+                                                                  const float *in, int64_t ic) {
+    __m256 r[8], t[8], u[8];
+    for (int c = 0; c < 8; c++)
+        r[c] = _mm256_loadu_ps(in + c * ic);
+    /* Interleave pairs, then quads, then swap 128-bit halves. */
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        u[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+        u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xee);
+        u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xee);
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(out + k * orow, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+        _mm256_storeu_ps(out + (k + 4) * orow, _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+    }
+}
+
+/* A tile of 4-byte elements with in contiguous along rows (ir == 1):
+ * whole 8x8 blocks in registers, the ragged edges element by element. */
+__attribute__((target("avx2,fma"))) static void tile_copy4_avx2(char *out, int64_t orow,
+                                                                const char *in, int64_t ic,
+                                                                int64_t nr, int64_t nc) {
+    int64_t r8 = nr / 8 * 8, c8 = nc / 8 * 8;
+    for (int64_t r = 0; r < r8; r += 8)
+        for (int64_t c = 0; c < c8; c += 8)
+            transpose8x8_avx2((float *)out + r * orow + c, orow, (const float *)in + r + c * ic,
+                              ic);
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = r < r8 ? c8 : 0; c < nc; c++)
+            memcpy(out + (r * orow + c) * 4, in + (r + c * ic) * 4, 4);
+}
+#endif
+
+/* Blocked transpose for a same-dtype copy whose coalesced shape sh has
+ * out contiguous along the last dim and in nearly contiguous along the
+ * one before it: 2-d planes [R, C] are copied in square tiles, so that
+ * reads and writes both stay within a few cache lines. Work unit: one
+ * strip of TRANSPOSE_TILE rows of one plane; shares take contiguous
+ * ranges of units (elements are independent, so any split is exact). */
+static void copy_transposed(const tpu_op *op, const tpu_k_shape *sh, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    size_t es = tpu_dtype_size(o->dtype);
+    bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);
+    int32_t nd = sh->ndim;
+    int64_t rows = sh->sizes[nd - 2], cols = sh->sizes[nd - 1];
+    int64_t orow = sh->strides[0][nd - 2], ir = sh->strides[1][nd - 2], ic = sh->strides[1][nd - 1];
+    int64_t strips = (rows + TPU_K_TRANSPOSE_TILE - 1) / TPU_K_TRANSPOSE_TILE;
+    int64_t planes = 1;
+    for (int32_t d = 0; d < nd - 2; d++)
+        planes *= sh->sizes[d];
+    int64_t u0, u1;
+    tpu_k_split(planes * strips, ith, nth, &u0, &u1);
+    /* Plane offsets come from an iterator over the leading dims. */
+    const int64_t *st[2] = {sh->strides[0], sh->strides[1]};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, nd - 2, sh->sizes, 2, st, u0 < u1 ? u0 / strips : 0);
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t r0 = (u % strips) * TPU_K_TRANSPOSE_TILE;
+        int64_t nr = rows - r0 < TPU_K_TRANSPOSE_TILE ? rows - r0 : TPU_K_TRANSPOSE_TILE;
+        char *po = tpu_k_ptr(o, it.off[0] + r0 * orow);
+        const char *pi = tpu_k_ptr(in, it.off[1] + r0 * ir);
+        for (int64_t c0 = 0; c0 < cols; c0 += TPU_K_TRANSPOSE_TILE) {
+            int64_t nc = cols - c0 < TPU_K_TRANSPOSE_TILE ? cols - c0 : TPU_K_TRANSPOSE_TILE;
+            char *to = po + c0 * (int64_t)es;
+            const char *ti = pi + c0 * ic * (int64_t)es;
+            /* Fixed element sizes let the compiler use plain moves. */
+#if TPU_K_X86
+            if (es == 4 && ir == 1 && aligned && tpu_k_cpu_has_avx2_fma()) {
+                tile_copy4_avx2(to, orow, ti, ic, nr, nc);
+                continue;
+            }
+#endif
+            switch (es) {
+            case 1: tile_copy(to, orow, ti, ir, ic, nr, nc, 1); break;
+            case 2: tile_copy(to, orow, ti, ir, ic, nr, nc, 2); break;
+            case 4: tile_copy(to, orow, ti, ir, ic, nr, nc, 4); break;
+            default: tile_copy(to, orow, ti, ir, ic, nr, nc, 8); break;
+            }
+        }
+        /* The strip was the plane's last: move to the next plane. */
+        if (u % strips == strips - 1)
+            tpu_k_iter_next(&it);
+    }
+}
+
+/* True for a coalesced same-dtype copy worth tiling: out contiguous in
+ * the last dim, in strided there but closer to contiguous in the dim
+ * before it. */
+static bool wants_tiles(const tpu_k_shape *sh) {
+    int32_t nd = sh->ndim;
+    if (nd < 2 || sh->strides[0][nd - 1] != 1)
+        return false;
+    int64_t ic = sh->strides[1][nd - 1], ir = sh->strides[1][nd - 2];
+    int64_t aic = ic < 0 ? -ic : ic, air = ir < 0 ? -ir : ir;
+    return aic > 1 && air < aic;
+}
+
 /* Fast path: same-dtype copies (flat memmove when both sides are laid out
- * alike and dense, else strided row runs) and the common float
- * conversions by row runs. Other pairs go to the reference path. */
+ * alike and dense, tiles for transposes, else strided row runs of the
+ * coalesced shape) and the common float conversions (flat or by row runs,
+ * vectorised for contiguous aligned runs). Other pairs go to the
+ * reference path. */
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     bool same = o->dtype == in->dtype;
     if (!same && !is_fast_float_pair(o->dtype, in->dtype))
         return tpu_k_copy_ref(op, ith, nth);
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    if (start >= end)
-        return TPU_OK;
-    size_t es = tpu_dtype_size(o->dtype);
-    if (same && tpu_k_is_dense(o) && tpu_k_same_layout(in, o)) {
-        /* Both sides are the same flat array: copy this share's bytes. */
-        copy_run_same((char *)o->data + start * (int64_t)es, 1,
-                      (const char *)in->data + start * (int64_t)es, 1, end - start, es);
+    int64_t numel = tpu_k_numel(o);
+    bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);
+    size_t es = tpu_dtype_size(o->dtype), ies = tpu_dtype_size(in->dtype);
+    const int64_t *strides[2] = {o->strides, in->strides};
+    tpu_k_shape sh;
+    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 2, strides);
+    if (same && numel > 0 && wants_tiles(&sh)) {
+        copy_transposed(op, &sh, ith, nth);
         return TPU_OK;
     }
-    /* Walk out's row-major order one innermost-row run at a time. */
-    const int64_t *strides[2] = {o->strides, in->strides};
+    int64_t start, end;
+    tpu_k_split(numel, ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    if (tpu_k_is_dense(o) && tpu_k_same_layout(in, o)) {
+        /* Both sides are the same flat array: copy this share's part. */
+        char *po = (char *)o->data + start * (int64_t)es;
+        const char *pi = (const char *)in->data + start * (int64_t)ies;
+        if (same)
+            copy_run_same(po, 1, pi, 1, end - start, es);
+        else if (!convert_run_contig(po, o->dtype, pi, in->dtype, end - start, aligned))
+            convert_run_float(po, o->dtype, 1, pi, in->dtype, 1, end - start);
+        return TPU_OK;
+    }
+    /* Walk the coalesced shape one innermost-row run at a time. */
+    const int64_t *cs[2] = {sh.strides[0], sh.strides[1]};
     tpu_k_iter it;
-    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
-    int64_t so = o->ndim ? o->strides[o->ndim - 1] : 0;
-    int64_t si = o->ndim ? in->strides[o->ndim - 1] : 0;
+    tpu_k_iter_init(&it, sh.ndim, sh.sizes, 2, cs, start);
+    int64_t so = sh.ndim ? sh.strides[0][sh.ndim - 1] : 0;
+    int64_t si = sh.ndim ? sh.strides[1][sh.ndim - 1] : 0;
     for (int64_t i = start; i < end;) {
         int64_t run = tpu_k_iter_row_left(&it);
         if (run > end - i)
@@ -128,7 +280,8 @@ tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
         const char *pi = tpu_k_ptr(in, it.off[1]);
         if (same)
             copy_run_same(po, so, pi, si, run, es);
-        else
+        else if (so != 1 || si != 1 ||
+                 !convert_run_contig(po, o->dtype, pi, in->dtype, run, aligned))
             convert_run_float(po, o->dtype, so, pi, in->dtype, si, run);
         tpu_k_iter_advance_in_row(&it, run);
         i += run;

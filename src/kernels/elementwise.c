@@ -18,6 +18,7 @@
  * any split gives the same bytes. */
 #include <math.h>
 
+#include "convert.h"
 #include "kernels_internal.h"
 #include "strided.h"
 
@@ -189,22 +190,6 @@ typedef struct {
     int64_t step;
 } flat_f32;
 
-/* Describes input t for the flat path, or returns false if it does not
- * fit (wrong dtype or layout). */
-static bool flat_input(const tpu_tensor *t, const tpu_tensor *out, flat_f32 *f) {
-    if (t->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(t))
-        return false;
-    if (tpu_k_same_layout(t, out)) {
-        *f = (flat_f32){t->data, 1};
-        return true;
-    }
-    if (tpu_k_is_scalar_broadcast(t)) {
-        *f = (flat_f32){t->data, 0};
-        return true;
-    }
-    return false;
-}
-
 /* Portable flat loop: the same scalar arithmetic as the reference. */
 static void f32_flat_plain(tpu_op_code code, tpu_rounding rnd, float alpha, float *o, flat_f32 a,
                            flat_f32 b, int64_t n) {
@@ -239,33 +224,123 @@ __attribute__((target("avx2,fma"))) static void f32_flat_avx2(tpu_op_code code, 
 }
 #endif
 
-/* Fast path: aligned all-f32 operands where out is dense and each input
- * is laid out like out or is a broadcast scalar; the op then runs over flat
- * memory offsets. Anything else goes to the reference path. */
+/* The f32 loop for one run: AVX2 where it has the op, else portable. */
+static void f32_run(tpu_op_code code, tpu_rounding rnd, float alpha, float *o, flat_f32 a,
+                    flat_f32 b, int64_t n) {
+#if TPU_K_X86
+    if ((code != TPU_OP_DIV || rnd == TPU_ROUND_NONE) && tpu_k_cpu_has_avx2_fma()) {
+        f32_flat_avx2(code, alpha, o, a, b, n);
+        return;
+    }
+#endif
+    f32_flat_plain(code, rnd, alpha, o, a, b, n);
+}
+
+/* An input of a run: element j is at p + j * step elements of dtype dt
+ * (step 1, or 0 for a value broadcast along the run). */
+typedef struct {
+    const char *p;
+    tpu_dtype dt;
+    int64_t step;
+} run_in;
+
+/* Points f at chunk [off, off + len) of x as f32: in place for f32,
+ * else converted into buf (one value when x is broadcast). */
+static flat_f32 stage_f32(run_in x, int64_t off, int64_t len, float *buf) {
+    if (x.dt == TPU_DTYPE_F32)
+        return (flat_f32){(const float *)x.p + off * x.step, x.step};
+    tpu_k_cvt_to_f32(buf, x.p + off * x.step * 2, x.dt, x.step ? len : 1);
+    return (flat_f32){buf, x.step};
+}
+
+/* Computes n contiguous elements of out (dtype odt) at po: 16-bit
+ * operands are staged through f32 chunks of EW_CHUNK, so the arithmetic
+ * is the f32 loop's and each result is rounded once on store. */
+static void mixed_run(const tpu_op *op, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n) {
+    tpu_op_code code = op->code;
+    tpu_rounding rnd = op->p.arith.rounding;
+    float alpha = (float)op->p.arith.alpha.f;
+    float abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        /* Load (convert) both inputs before the store: out may be in[0]. */
+        flat_f32 fa = stage_f32(a, off, len, abuf), fb = stage_f32(b, off, len, bbuf);
+        float *dst = odt == TPU_DTYPE_F32 ? (float *)po + off : obuf;
+        f32_run(code, rnd, alpha, dst, fa, fb, len);
+        if (odt != TPU_DTYPE_F32)
+            tpu_k_cvt_from_f32(po + off * 2, odt, obuf, len);
+    }
+}
+
+/* True if t can be read by the run loops: f32/f16/bf16, aligned. */
+static bool run_dtype_ok(const tpu_tensor *t) {
+    return tpu_k_cvt_supported(t->dtype) && tpu_k_is_aligned(t);
+}
+
+/* Flat case: every input laid out like a dense out, or a broadcast
+ * scalar; the op then runs over memory offsets [start, end). */
+static bool flat_ok(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
+    if (tpu_k_same_layout(t, o)) {
+        *step = 1;
+        return true;
+    }
+    if (tpu_k_is_scalar_broadcast(t)) {
+        *step = 0;
+        return true;
+    }
+    return false;
+}
+
+/* Fast path: f32/f16/bf16 operands (aligned). If out is dense and the
+ * inputs are laid out like it or broadcast scalars, the op runs over flat
+ * memory; else, if the coalesced shape has out contiguous in its last dim
+ * and each input contiguous or broadcast there (a row or column
+ * broadcast), it runs row by row. Anything else goes to the reference. */
 tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out;
+    const tpu_tensor *o = &op->out, *ta = &op->in[0];
+    const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
     float other = (float)op->p.arith.other.f;
-    flat_f32 a, b = {&other, 0};
-    if (o->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) ||
-        !flat_input(&op->in[0], o, &a) ||
-        (op->n_in == 2 && !flat_input(&op->in[1], o, &b)))
+    if (!run_dtype_ok(o) || !run_dtype_ok(ta) || (tb && !run_dtype_ok(tb)))
         return tpu_k_binary_ref(op, ith, nth);
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
         return TPU_OK;
-    /* Shift every operand to this share's first offset. */
-    float *out = (float *)o->data + start;
-    a.p += start * a.step;
-    b.p += start * b.step;
-    float alpha = (float)op->p.arith.alpha.f;
-    tpu_rounding rnd = op->p.arith.rounding;
-#if TPU_K_X86
-    if ((op->code != TPU_OP_DIV || rnd == TPU_ROUND_NONE) && tpu_k_cpu_has_avx2_fma()) {
-        f32_flat_avx2(op->code, alpha, out, a, b, end - start);
+    run_in a = {ta->data, ta->dtype, 1};
+    run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
+                  : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
+    /* Flat: shift every operand to this share's first offset. */
+    if (tpu_k_is_dense(o) && flat_ok(ta, o, &a.step) && (!tb || flat_ok(tb, o, &b.step))) {
+        a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
+        b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
+        mixed_run(op, tpu_k_ptr(o, start), o->dtype, a, b, end - start);
         return TPU_OK;
     }
-#endif
-    f32_flat_plain(op->code, rnd, alpha, out, a, b, end - start);
+    /* Rows: coalesce, then require unit (or zero) steps along the last dim. */
+    const int64_t *strides[3] = {o->strides, ta->strides, tb ? tb->strides : o->strides};
+    tpu_k_shape sh;
+    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 3, strides);
+    int32_t last = sh.ndim - 1;
+    if (last < 0 || sh.strides[0][last] != 1 || (uint64_t)sh.strides[1][last] > 1 ||
+        (tb && (uint64_t)sh.strides[2][last] > 1))
+        return tpu_k_binary_ref(op, ith, nth);
+    a.step = sh.strides[1][last];
+    if (tb)
+        b.step = sh.strides[2][last];
+    const int64_t *cs[3] = {sh.strides[0], sh.strides[1], sh.strides[2]};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, sh.ndim, sh.sizes, 3, cs, start);
+    for (int64_t i = start; i < end;) {
+        int64_t run = tpu_k_iter_row_left(&it);
+        if (run > end - i)
+            run = end - i;
+        run_in ra = a, rb = b;
+        ra.p = tpu_k_ptr(ta, it.off[1]);
+        if (tb)
+            rb.p = tpu_k_ptr(tb, it.off[2]);
+        mixed_run(op, tpu_k_ptr(o, it.off[0]), o->dtype, ra, rb, run);
+        tpu_k_iter_advance_in_row(&it, run);
+        i += run;
+    }
     return TPU_OK;
 }

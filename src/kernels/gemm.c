@@ -17,6 +17,7 @@
  * written out. */
 #include <stdlib.h>
 
+#include "convert.h"
 #include "kernels_internal.h"
 #include "matmul.h"
 #include "strided.h"
@@ -138,8 +139,8 @@ static inline __attribute__((always_inline)) float packed_value(const tpu_tensor
                                                                 int64_t col, tpu_dtype dt,
                                                                 tpu_precision prec,
                                                                 tpu_k_mm_side side, int part) {
-    const char *p = (const char *)t->data +
-                    (row * t->strides[0] + col * t->strides[1]) * (int64_t)tpu_dtype_size(dt);
+    int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2; /* a constant once inlined */
+    const char *p = (const char *)t->data + (row * t->strides[0] + col * t->strides[1]) * es;
     return tpu_k_mm_part(tpu_k_load_f32(p, dt), dt, prec, side, part);
 }
 
@@ -210,8 +211,35 @@ static void pack_a(const pack_ctx *cx, int64_t i0, int64_t mb, int64_t p0, int64
     }
 }
 
+/* B with unit column stride, aligned, one pass, no precision parts (f32
+ * HIGHEST, f16, bf16): each panel row is a contiguous run of B's row k,
+ * converted with the run conversions; same values as pack_b_as. */
+static bool pack_b_rows(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb,
+                        int nr, float *dst) {
+    const tpu_tensor *b = cx->b;
+    pack_kind kind = pack_kind_of(cx);
+    if (b->strides[1] != 1 || !tpu_k_is_aligned(b) ||
+        (kind != PACK_F32 && kind != PACK_F16 && kind != PACK_BF16))
+        return false;
+    int64_t es = (int64_t)tpu_dtype_size(cx->dt);
+    for (int64_t jr = 0; jr < nb; jr += nr) {
+        float *panel = dst + jr * kb;
+        int64_t cols = nb - jr < nr ? nb - jr : nr;
+        for (int64_t t = 0; t < kb; t++) {
+            const char *src = (const char *)b->data + ((p0 + t) * b->strides[0] + j0 + jr) * es;
+            float *row = panel + t * nr;
+            tpu_k_cvt_to_f32(row, src, cx->dt, cols);
+            for (int64_t c = cols; c < nr; c++)
+                row[c] = 0.0f;
+        }
+    }
+    return true;
+}
+
 static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb, int nr,
                    float *dst) {
+    if (pack_b_rows(cx, p0, kb, j0, nb, nr, dst))
+        return;
     switch (pack_kind_of(cx)) {
     case PACK_F32: pack_b_as(cx, TPU_DTYPE_F32, TPU_PRECISION_HIGHEST, 1, p0, kb, j0, nb, nr, dst); break;
     case PACK_F32_MEDIUM: pack_b_as(cx, TPU_DTYPE_F32, TPU_PRECISION_MEDIUM, 1, p0, kb, j0, nb, nr, dst); break;
@@ -234,6 +262,15 @@ static void store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, in
             for (int64_t j = 0; j < nb; j++)
                 row[j * o->strides[1]] = cbuf[i * ldc + j];
         }
+        return;
+    }
+    /* MM into a row-contiguous, aligned f16/bf16 out: round whole rows
+     * with the run conversion (the same rounding as tpu_k_mm_store_f32). */
+    if (op->code == TPU_OP_MM && o->strides[1] == 1 && tpu_k_is_aligned(o) &&
+        (o->dtype == TPU_DTYPE_F16 || o->dtype == TPU_DTYPE_BF16)) {
+        for (int64_t i = 0; i < mb; i++)
+            tpu_k_cvt_from_f32(tpu_k_ptr(o, (ic + i) * o->strides[0] + jc), o->dtype,
+                               cbuf + i * ldc, nb);
         return;
     }
     for (int64_t i = 0; i < mb; i++)

@@ -28,6 +28,25 @@
 #define TPU_K_X86 0
 #endif
 
+/* Blocking sizes of the non-GEMM fast paths, in one place (the GEMM's
+ * register and cache blocks are in gemm.c's config table):
+ *   EW_CHUNK         f32 staging chunk of element-wise ops on f16/bf16
+ *                    (three chunks live on the stack, 3 KiB)
+ *   TRANSPOSE_TILE   square tile of the blocked copy (rows and columns):
+ *                    a tile of reads and one of writes stay in L1
+ *   LEADING_CHUNK    columns summed together by a leading-dims reduction
+ *                    (their f64 accumulators stay in L1)
+ *   LEADING_ROWS     rows added per pass over those accumulators
+ *   RANDOM_BATCH     Philox blocks generated before their elements are
+ *                    finished (16 bytes each on the stack) */
+enum {
+    TPU_K_EW_CHUNK = 256,
+    TPU_K_TRANSPOSE_TILE = 16,
+    TPU_K_LEADING_CHUNK = 512,
+    TPU_K_LEADING_ROWS = 4,
+    TPU_K_RANDOM_BATCH = 64,
+};
+
 /* The one kernel signature, shared by reference and fast variants. */
 typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
 
@@ -61,9 +80,11 @@ tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);
 
-/* UNIFORM, NORMAL (random.c): one counter-based kernel, no fast variant
- * (its cost is the Philox rounds, not memory layout). */
+/* UNIFORM, NORMAL (random.c): the counter-based reference kernel, and a
+ * fast NORMAL for row-major contiguous f32/f16/bf16 that generates the
+ * Philox blocks in batches (same bytes). */
 tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_random_fast(const tpu_op *op, int ith, int nth);
 
 /* Philox4x32-10 (Random123): one block of four 32-bit outputs for
  * counter ctr and key. Exposed for the known-answer test. */

@@ -35,7 +35,7 @@ static const struct {
     [TPU_OP_MM] = {tpu_k_mm_ref, tpu_k_mm_fast},
     [TPU_OP_ADDMM] = {tpu_k_mm_ref, tpu_k_mm_fast},
     [TPU_OP_UNIFORM] = {tpu_k_random_ref, tpu_k_random_ref},
-    [TPU_OP_NORMAL] = {tpu_k_random_ref, tpu_k_random_ref},
+    [TPU_OP_NORMAL] = {tpu_k_random_ref, tpu_k_random_fast},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");

@@ -20,12 +20,21 @@
  *     (u1 = ((x >> 11) + 1) * 2^-53);
  *   z = sqrt(-2 ln u1) * cos(2 pi u2) in f64; v = a + b * z, rounded as
  *   for UNIFORM.
- * Work split: contiguous ranges of the element index. */
+ * Work split: contiguous ranges of the element index.
+ *
+ * Fast path (NORMAL into row-major contiguous f32/f16/bf16): the Philox
+ * blocks of a batch are generated first (AVX2, 8 blocks per register
+ * set), then each element takes its two lanes through the same
+ * normal_value and store_value as the reference, so the bytes agree. */
 #include <math.h>
 #include <string.h>
 
 #include "kernels_internal.h"
 #include "strided.h"
+
+#if TPU_K_X86
+#include <immintrin.h>
+#endif
 
 /* 2 pi (M_PI is not part of C11). */
 static const double k_two_pi = 6.28318530717958647692528676655900577;
@@ -124,6 +133,26 @@ static void store_value(char *p, tpu_dtype dt, double v, bool clamp, double belo
     }
 }
 
+/* Box-Muller, cosine branch, in three steps that both paths call (built
+ * without FMA contraction, so they round the same everywhere):
+ * radius sqrt(-2 ln u1), angle factor cos(2 pi u2), and v = a + b * z. */
+static inline double normal_radius(double u1) {
+    return sqrt(-2.0 * log(u1));
+}
+
+static inline double normal_cos(double u2) {
+    return cos(k_two_pi * u2);
+}
+
+static inline double normal_combine(double r, double c, double a, double b) {
+    double z = r * c;
+    return a + b * z;
+}
+
+static inline double normal_value(double u1, double u2, double a, double b) {
+    return normal_combine(normal_radius(u1), normal_cos(u2), a, b);
+}
+
 tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     int64_t start, end;
@@ -165,10 +194,126 @@ tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth) {
                 u1 = u24(x[2 * (idx % 2)]) + 0x1p-24;
                 u2 = u24(x[2 * (idx % 2) + 1]);
             }
-            double z = sqrt(-2.0 * log(u1)) * cos(k_two_pi * u2);
-            v = a + b * z;
+            v = normal_value(u1, u2, a, b);
         }
         store_value(tpu_k_ptr(o, it.off[0]), o->dtype, v, clamp, b);
+    }
+    return TPU_OK;
+}
+
+/* ------------------------------------------------------- fast path */
+
+/* out[j] = the Philox block (b0 + j, offset) under key, j < n. */
+static void philox_batch_plain(const uint32_t key[2], uint64_t offset, uint64_t b0, int n,
+                               uint32_t (*out)[4]) {
+    for (int j = 0; j < n; j++) {
+        uint64_t blk = b0 + (uint64_t)j;
+        uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)offset,
+                           (uint32_t)(offset >> 32)};
+        tpu_k_philox4x32_10(ctr, key, out[j]);
+    }
+}
+
+#if TPU_K_X86
+/* The same blocks, eight at a time: lane j of each register is block
+ * b0 + j; the 32x32->64 products come from even and odd lanes in turn. */
+__attribute__((target("avx2,fma"))) static void philox_batch_avx2(const uint32_t key[2],
+                                                                  uint64_t offset, uint64_t b0,
+                                                                  int n, uint32_t (*out)[4]) {
+    const __m256i m0 = _mm256_set1_epi32((int)PHILOX_M0), m1 = _mm256_set1_epi32((int)PHILOX_M1);
+    int j0 = 0;
+    for (; j0 + 8 <= n; j0 += 8) {
+        uint32_t lo[8], hi[8];
+        for (int j = 0; j < 8; j++) {
+            uint64_t blk = b0 + (uint64_t)(j0 + j);
+            lo[j] = (uint32_t)blk;
+            hi[j] = (uint32_t)(blk >> 32);
+        }
+        __m256i c0 = _mm256_loadu_si256((const __m256i *)lo);
+        __m256i c1 = _mm256_loadu_si256((const __m256i *)hi);
+        __m256i c2 = _mm256_set1_epi32((int)(uint32_t)offset);
+        __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(offset >> 32));
+        uint32_t k0 = key[0], k1 = key[1];
+        for (int round = 0; round < 10; round++) {
+            if (round > 0) {
+                k0 += PHILOX_W0;
+                k1 += PHILOX_W1;
+            }
+            /* Full 64-bit products of even lanes, then of odd lanes. */
+            __m256i pe0 = _mm256_mul_epu32(c0, m0);
+            __m256i po0 = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+            __m256i pe1 = _mm256_mul_epu32(c2, m1);
+            __m256i po1 = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+            /* Reassemble per-lane low and high halves. */
+            __m256i lo0 = _mm256_blend_epi32(pe0, _mm256_slli_epi64(po0, 32), 0xaa);
+            __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(pe0, 32), po0, 0xaa);
+            __m256i lo1 = _mm256_blend_epi32(pe1, _mm256_slli_epi64(po1, 32), 0xaa);
+            __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(pe1, 32), po1, 0xaa);
+            __m256i n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
+            __m256i n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
+            c0 = n0;
+            c1 = lo1;
+            c2 = n2;
+            c3 = lo0;
+        }
+        uint32_t x[4][8];
+        _mm256_storeu_si256((__m256i *)x[0], c0);
+        _mm256_storeu_si256((__m256i *)x[1], c1);
+        _mm256_storeu_si256((__m256i *)x[2], c2);
+        _mm256_storeu_si256((__m256i *)x[3], c3);
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 4; l++)
+                out[j0 + j][l] = x[l][j];
+    }
+    philox_batch_plain(key, offset, b0 + (uint64_t)j0, n - j0, out + j0);
+}
+#endif
+
+/* NORMAL into a row-major contiguous f32/f16/bf16 out: share ith's
+ * element range, batch by batch (blocks, then radii, cosines, values).
+ * Every other op or layout goes to the reference kernel. */
+tpu_status tpu_k_random_fast(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out;
+    tpu_dtype dt = o->dtype;
+    /* Row-major contiguous: element i lives at offset i. */
+    const int64_t *strides[1] = {o->strides};
+    tpu_k_shape sh;
+    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 1, strides);
+    if (op->code != TPU_OP_NORMAL || dt == TPU_DTYPE_F64 || sh.ndim > 1 ||
+        (sh.ndim == 1 && sh.strides[0][0] != 1))
+        return tpu_k_random_ref(op, ith, nth);
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    uint64_t seed = op->p.rand.seed, offset = op->p.rand.offset;
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    double a = op->p.rand.a, b = op->p.rand.b;
+    /* Element i uses block i / 2, lanes 2(i % 2) and 2(i % 2) + 1. */
+    uint64_t first = (uint64_t)start / 2, last = (uint64_t)(end - 1) / 2;
+    uint32_t x[TPU_K_RANDOM_BATCH][4];
+    double r[2 * TPU_K_RANDOM_BATCH], c[2 * TPU_K_RANDOM_BATCH];
+    char *base = o->data;
+    int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2;
+    for (uint64_t b0 = first; b0 <= last; b0 += TPU_K_RANDOM_BATCH) {
+        int nb = last - b0 + 1 < TPU_K_RANDOM_BATCH ? (int)(last - b0 + 1) : TPU_K_RANDOM_BATCH;
+        /* The batch's blocks first, then its elements. */
+#if TPU_K_X86
+        if (tpu_k_cpu_has_avx2_fma())
+            philox_batch_avx2(key, offset, b0, nb, x);
+        else
+#endif
+            philox_batch_plain(key, offset, b0, nb, x);
+        int64_t i0 = (int64_t)(2 * b0), i1 = i0 + 2 * nb;
+        int64_t lo = i0 > start ? i0 : start, hi = i1 < end ? i1 : end;
+        /* Radii, then cosines, then values: short loops of independent
+         * libm calls overlap better than one long chain per element. */
+        for (int64_t i = lo; i < hi; i++)
+            r[i - i0] = normal_radius(u24(x[(i - i0) / 2][2 * (i % 2)]) + 0x1p-24);
+        for (int64_t i = lo; i < hi; i++)
+            c[i - i0] = normal_cos(u24(x[(i - i0) / 2][2 * (i % 2) + 1]));
+        for (int64_t i = lo; i < hi; i++)
+            store_value(base + i * es, dt, normal_combine(r[i - i0], c[i - i0], a, b), false, b);
     }
     return TPU_OK;
 }

@@ -107,17 +107,23 @@ static double sum_f32_run_plain(const float *x, int64_t n) {
 }
 
 #if TPU_K_X86
-/* Same lanes, four per register: accumulator q holds lanes 4q..4q+3. */
+/* Same lanes, four per register: accumulator q holds lanes 4q..4q+3.
+ * Named registers, not an array, so that -O2 keeps them out of memory
+ * (four independent add chains hide the add latency). */
 __attribute__((target("avx2,fma"))) static double sum_f32_run_avx2(const float *x, int64_t n) {
-    __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
-                      _mm256_setzero_pd()};
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
-        for (int q = 0; q < 4; q++)
-            acc[q] = _mm256_add_pd(acc[q], _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * q)));
+    for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+        a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)));
+        a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12)));
+    }
     double lanes[SUM_LANES];
-    for (int q = 0; q < 4; q++)
-        _mm256_storeu_pd(lanes + 4 * q, acc[q]);
+    _mm256_storeu_pd(lanes, a0);
+    _mm256_storeu_pd(lanes + 4, a1);
+    _mm256_storeu_pd(lanes + 8, a2);
+    _mm256_storeu_pd(lanes + 12, a3);
     return lanes_combine(lanes, x, i, n);
 }
 #endif
@@ -172,8 +178,48 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
 
 /* -------------------------------------------- leading-dims fast path */
 
-/* Columns summed together: the f64 accumulators stay in L1. */
-enum { LEADING_CHUNK = 512 };
+/* acc[j] += x[r * cols + j] for j < w and r = 0, 1, ..., rows - 1 in
+ * order (each accumulator's chain is the reference's). LEADING_ROWS rows
+ * are added per load and store of an accumulator. */
+static void leading_add_plain(double *acc, const float *x, int64_t cols, int64_t rows,
+                              int64_t w) {
+    int64_t r = 0;
+    for (; r + TPU_K_LEADING_ROWS <= rows; r += TPU_K_LEADING_ROWS)
+        for (int64_t j = 0; j < w; j++) {
+            double a = acc[j];
+            for (int k = 0; k < TPU_K_LEADING_ROWS; k++)
+                a += x[(r + k) * cols + j];
+            acc[j] = a;
+        }
+    for (; r < rows; r++)
+        for (int64_t j = 0; j < w; j++)
+            acc[j] += x[r * cols + j];
+}
+
+#if TPU_K_X86
+/* The same chains, four columns per register and four rows per pass. */
+__attribute__((target("avx2,fma"))) static void leading_add_avx2(double *acc, const float *x,
+                                                                 int64_t cols, int64_t rows,
+                                                                 int64_t w) {
+    _Static_assert(TPU_K_LEADING_ROWS == 4, "the AVX2 pass adds four rows");
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const float *p = x + r * cols;
+        int64_t j = 0;
+        for (; j + 4 <= w; j += 4) {
+            __m256d a = _mm256_loadu_pd(acc + j);
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p + j)));
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p + cols + j)));
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p + 2 * cols + j)));
+            a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p + 3 * cols + j)));
+            _mm256_storeu_pd(acc + j, a);
+        }
+        for (; j < w; j++)
+            acc[j] = (((acc[j] + p[j]) + p[cols + j]) + p[2 * cols + j]) + p[3 * cols + j];
+    }
+    leading_add_plain(acc, x + r * cols, cols, rows - r, w);
+}
+#endif
 
 /* True if the mask is exactly dims [0, last) for some 0 < last < ndim and
  * in is row-major contiguous. */
@@ -206,16 +252,18 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
     const int64_t *strides[1] = {o->strides};
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 1, strides, start);
-    double acc[LEADING_CHUNK];
-    for (int64_t c0 = start; c0 < end; c0 += LEADING_CHUNK) {
-        int64_t w = end - c0 < LEADING_CHUNK ? end - c0 : LEADING_CHUNK;
+    double acc[TPU_K_LEADING_CHUNK];
+    for (int64_t c0 = start; c0 < end; c0 += TPU_K_LEADING_CHUNK) {
+        int64_t w = end - c0 < TPU_K_LEADING_CHUNK ? end - c0 : TPU_K_LEADING_CHUNK;
         for (int64_t j = 0; j < w; j++)
             acc[j] = 0.0;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *row = x + r * cols + c0;
-            for (int64_t j = 0; j < w; j++)
-                acc[j] += row[j];
-        }
+        /* Add every row of this column chunk, in row order. */
+#if TPU_K_X86
+        if (tpu_k_cpu_has_avx2_fma())
+            leading_add_avx2(acc, x + c0, cols, rows, w);
+        else
+#endif
+            leading_add_plain(acc, x + c0, cols, rows, w);
         for (int64_t j = 0; j < w; j++, tpu_k_iter_next(&it))
             tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, acc[j], rows));
     }

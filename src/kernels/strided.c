@@ -61,6 +61,44 @@ void tpu_k_iter_advance_in_row(tpu_k_iter *it, int64_t n) {
     tpu_k_iter_next(it);
 }
 
+void tpu_k_shape_coalesce(tpu_k_shape *s, int32_t ndim, const int64_t *sizes, int32_t n_ops,
+                          const int64_t *const *strides) {
+    assert(ndim >= 0 && ndim <= TPU_MAX_DIMS);
+    assert(n_ops >= 1 && n_ops <= TPU_K_MAX_OPERANDS);
+    s->n_ops = n_ops;
+    s->ndim = 0;
+    for (int32_t d = 0; d < ndim; d++) {
+        /* Size-1 dims add nothing to any offset; a zero size empties all. */
+        if (sizes[d] == 1)
+            continue;
+        if (sizes[d] == 0) {
+            s->ndim = 1;
+            s->sizes[0] = 0;
+            for (int32_t k = 0; k < n_ops; k++)
+                s->strides[k][0] = 1;
+            return;
+        }
+        /* Merge into the previous kept dim when every operand steps over
+         * the pair as over one dim. */
+        bool merge = s->ndim > 0;
+        for (int32_t k = 0; k < n_ops && merge; k++) {
+            int64_t span; /* overflow (unchecked records) simply blocks the merge */
+            merge = !__builtin_mul_overflow(strides[k][d], sizes[d], &span) &&
+                    s->strides[k][s->ndim - 1] == span;
+        }
+        if (merge) {
+            s->sizes[s->ndim - 1] *= sizes[d];
+            for (int32_t k = 0; k < n_ops; k++)
+                s->strides[k][s->ndim - 1] = strides[k][d];
+            continue;
+        }
+        s->sizes[s->ndim] = sizes[d];
+        for (int32_t k = 0; k < n_ops; k++)
+            s->strides[k][s->ndim] = strides[k][d];
+        s->ndim++;
+    }
+}
+
 int64_t tpu_k_numel(const tpu_tensor *t) {
     /* Checked records never saturate; the guards keep unchecked ones
      * (e.g. in tpu_op_max_threads) free of overflow. */

@@ -58,6 +58,24 @@ int64_t tpu_k_iter_row_left(const tpu_k_iter *it);
  * row, then (if the row is finished) on to the next one. */
 void tpu_k_iter_advance_in_row(tpu_k_iter *it, int64_t n);
 
+/* A shape walked by several operands, reduced to its fewest dims: dims of
+ * size 1 are dropped and neighbours d, d+1 merge wherever every operand
+ * has strides[d] == strides[d+1] * sizes[d+1]. Row-major element i of the
+ * result is row-major element i of the original for every operand, so
+ * splits by element index stay valid. ndim 0 stays 0; a shape with a zero
+ * size keeps that zero. */
+typedef struct {
+    int32_t ndim;
+    int32_t n_ops;
+    int64_t sizes[TPU_MAX_DIMS];
+    int64_t strides[TPU_K_MAX_OPERANDS][TPU_MAX_DIMS];
+} tpu_k_shape;
+
+/* Fills s from the shape (ndim, sizes) and the n_ops operands' strides,
+ * coalesced as described above. */
+void tpu_k_shape_coalesce(tpu_k_shape *s, int32_t ndim, const int64_t *sizes, int32_t n_ops,
+                          const int64_t *const *strides);
+
 /* Number of elements of a tensor; 0 if a size is <= 0, INT64_MAX if the
  * product overflows (tpu_op_check rejects both). */
 int64_t tpu_k_numel(const tpu_tensor *t);

@@ -149,9 +149,11 @@ static double t_unit(void) {
 
 /* ------------------------------------------------------------ tensors */
 
-/* L_ODD: row-major, but data 1 byte past an aligned address (host
+/* L_BCAST: dim 0 has stride 0 (a row broadcast down the rows); L_COLB:
+ * the last dim has stride 0 (a column broadcast along each row).
+ * L_ODD: row-major, but data 1 byte past an aligned address (host
  * buffers such as torch.frombuffer with an odd offset). */
-enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST, L_ODD };
+enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST, L_ODD, L_COLB };
 enum { S_NONE, S_SPECIALS, S_NAN_BIAS, S_INT_EDGE };
 
 typedef struct {
@@ -204,6 +206,8 @@ static void tb_make(tbuf *b, tpu_dtype dt, int ndim, const int64_t *sizes, int l
     }
     if (layout == L_BCAST && ndim > 0)
         b->t.strides[0] = 0;
+    if (layout == L_COLB && ndim > 0)
+        b->t.strides[ndim - 1] = 0;
     int64_t lo = 0, hi = 0;
     for (int d = 0; d < ndim; d++) {
         int64_t span = sizes[d] > 0 ? b->t.strides[d] * (sizes[d] - 1) : 0;
@@ -317,6 +321,23 @@ static const krow k_rows[] = {
     {"add bool", TPU_OP_ADD, 2, {8, 9}, BOOL, {BOOL, BOOL}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
     {"mul bool = bool * f32", TPU_OP_MUL, 2, {8, 9}, BOOL, {BOOL, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
     {"add f32 misaligned", TPU_OP_ADD, 2, {33, 9}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
+    /* element-wise row path (row / column broadcast) and f16/bf16 staging */
+    {"mul f32 row bcast", TPU_OP_MUL, 2, {37, 53}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"sub f32 col bcast alpha", TPU_OP_SUB, 3, {3, 37, 29}, F32, {F32, F32}, 2, L_CONTIG, L_COLB, 0, 1.5, 0, 0, 0, 0},
+    {"div f32 floor row bcast", TPU_OP_DIV, 2, {9, 21}, F32, {F32, F32}, 2, L_PAD, L_BCAST, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
+    {"mul f32 row bcast trans out", TPU_OP_MUL, 2, {9, 21}, F32, {F32, F32}, 2, L_TRANS, L_BCAST, 0, 1, 0, 0, 0, 0},
+    {"add bf16 inplace", TPU_OP_ADD, 2, {33, 77}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 1, 1, 0, 0, S_SPECIALS, 0},
+    {"add bf16 inplace alpha", TPU_OP_ADD, 1, {1029}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 1, 0.3, 0, 0, 0, 0},
+    {"mul bf16 specials", TPU_OP_MUL, 2, {17, 300}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"div bf16 = f32 / f32", TPU_OP_DIV, 2, {17, 31}, BF16, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_NONE, S_SPECIALS, 0},
+    {"add f32 = bf16 + f16", TPU_OP_ADD, 2, {17, 31}, F32, {BF16, F16}, 2, L_CONTIG, L_CONTIG, 0, 2, 0, 0, S_SPECIALS, 0},
+    {"mul bf16 row bcast f32", TPU_OP_MUL, 2, {13, 267}, BF16, {BF16, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
+    {"add f16 col bcast", TPU_OP_ADD, 2, {13, 267}, F16, {F16, F16}, 2, L_CONTIG, L_COLB, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"sub bf16 pad", TPU_OP_SUB, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_PAD, L_PAD, 0, 1, 0, 0, 0, 0},
+    {"mul bf16 scalar", TPU_OP_MUL, 2, {13, 45}, BF16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 1, 0.3, 0, 0, 0},
+    {"add bf16 trans", TPU_OP_ADD, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_TRANS, L_TRANS, 0, 1, 0, 0, 0, 0},
+    {"add bf16 misaligned", TPU_OP_ADD, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
+    {"div f16 trunc neg", TPU_OP_DIV, 2, {13, 45}, F16, {F16, F16}, 2, L_NEG, L_NEG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
     /* copy and fill */
     {"copy f32", TPU_OP_COPY, 2, {300, 129}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
     {"copy f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F32, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, 0, 0},
@@ -335,6 +356,19 @@ static const krow k_rows[] = {
     {"copy f32 <- bool", TPU_OP_COPY, 2, {7, 9}, F32, {BOOL}, 1, L_TRANS, L_CONTIG, 0, 0, 0, 0, 0, 0},
     {"copy f16 <- bf16", TPU_OP_COPY, 2, {7, 9}, F16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy i64 <- i16 bcast", TPU_OP_COPY, 2, {7, 9}, I64, {I16}, 1, L_CONTIG, L_BCAST, 0, 0, 0, 0, 0, 0},
+    /* copy fast paths: blocked transposes (8x8 register blocks and ragged
+     * edges), flat and row-run conversions */
+    {"copy f32 transpose 2-d", TPU_OP_COPY, 2, {67, 45}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 transpose small", TPU_OP_COPY, 2, {3, 5}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy f32 transpose pad out", TPU_OP_COPY, 2, {40, 24}, F32, {F32}, 1, L_PAD, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy f64 transpose", TPU_OP_COPY, 2, {37, 19}, F64, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy bf16 transpose", TPU_OP_COPY, 2, {37, 19}, BF16, {BF16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy u8 transpose 3-d", TPU_OP_COPY, 3, {5, 17, 19}, U8, {U8}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy bf16 <- f32 flat", TPU_OP_COPY, 2, {37, 53}, BF16, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 <- bf16 flat", TPU_OP_COPY, 2, {37, 53}, F32, {BF16}, 1, L_TRANS, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f16 <- f32 flat", TPU_OP_COPY, 2, {37, 53}, F16, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy bf16 <- f32 misaligned", TPU_OP_COPY, 2, {37, 53}, BF16, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 <- bf16 pad", TPU_OP_COPY, 2, {37, 53}, F32, {BF16}, 1, L_CONTIG, L_PAD, 0, 0, 0, 0, 0, 0},
     {"fill f32", TPU_OP_FILL, 2, {70, 9}, F32, {F32}, 0, L_CONTIG, L_CONTIG, 0, 0.1, 0, 0, 0, 0},
     {"fill bf16 neg", TPU_OP_FILL, 2, {7, 9}, BF16, {F32}, 0, L_NEG, L_CONTIG, 0, 0.1, 0, 0, 0, 0},
     {"fill f16 pad", TPU_OP_FILL, 2, {7, 9}, F16, {F32}, 0, L_PAD, L_CONTIG, 0, 1e6, 0, 0, 0, 0},
@@ -361,6 +395,8 @@ static const krow k_rows[] = {
     {"sum empty dim", TPU_OP_SUM, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
     {"sum 0-d", TPU_OP_SUM, 0, {0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 1e-6},
     {"mean f32 last", TPU_OP_MEAN, 2, {9, 70}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
+    {"sum f32 first wide", TPU_OP_SUM, 2, {13, 1100}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
+    {"mean f32 first three", TPU_OP_MEAN, 2, {3, 21}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
     {"mean f32 first", TPU_OP_MEAN, 2, {70, 9}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
     {"mean i32 -> f64", TPU_OP_MEAN, 3, {3, 4, 5}, F64, {I32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 5, 0, 1e-12},
     {"mean empty dim", TPU_OP_MEAN, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
@@ -375,6 +411,10 @@ static const krow k_rows[] = {
     {"mm f32 medium", TPU_OP_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 2e-2},
     {"mm f16", TPU_OP_MM, 2, {20, 50, 30}, F16, {F16, F16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 1e-5},
     {"mm bf16", TPU_OP_MM, 2, {20, 50, 30}, BF16, {BF16, BF16}, 2, L_PAD, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm bf16 contig", TPU_OP_MM, 2, {37, 29, 41}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm bf16 blocks", TPU_OP_MM, 2, {150, 270, 40}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
+    {"mm f16 contig pad", TPU_OP_MM, 2, {19, 33, 21}, F16, {F16, F16}, 2, L_PAD, L_PAD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm bf16 misaligned", TPU_OP_MM, 2, {9, 17, 20}, BF16, {BF16, BF16}, 2, L_ODD, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"mm f64", TPU_OP_MM, 2, {20, 50, 30}, F64, {F64, F64}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-14},
     {"mm k=0", TPU_OP_MM, 2, {5, 0, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
     {"mm m=0", TPU_OP_MM, 2, {0, 4, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
@@ -584,8 +624,8 @@ static void run_row(const krow *r) {
     int64_t M = r->sizes[0], K = r->sizes[1], N = r->sizes[2];
     for (int i = 0; i < n_bufs; i++) {
         int layout = r->in_layout;
-        if (layout == L_BCAST && i == 0)
-            layout = L_CONTIG; /* BCAST applies to in[1] (and a bias) */
+        if ((layout == L_BCAST || layout == L_COLB) && i == 0)
+            layout = L_CONTIG; /* BCAST, COLB apply to in[1] (and a bias) */
         if (mm && i < 2 && layout == L_BCAST)
             layout = L_CONTIG;
         int64_t shape[4];
@@ -926,13 +966,17 @@ static void test_random_stats(void) {
             CHECK(fabs(var / want_var - 1) < 0.02);
             /* Same bytes for any nth and mode, and under another layout. */
             size_t bytes = (size_t)N * t_size(dt);
-            for (int nth = 1; nth <= 7; nth += 6) {
-                tpu_kernels_set_reference(nth == 7);
+            for (int w = 0; w < 4; w++) {
+                static const int nths[4] = {1, 7, 3, 5};
+                tpu_kernels_set_reference(w == 1);
+                tpu_k_set_portable_only(w == 3);
                 memset(again, 0, bytes);
                 op.out.data = again;
-                CHECK_OK(run_shares(&op, nth));
+                CHECK_OK(run_shares(&op, nths[w]));
+                tpu_k_set_portable_only(false);
                 CHECK(memcmp(buf, again, bytes) == 0);
             }
+            tpu_kernels_set_reference(false);
             tpu_op t = op;
             t.out.ndim = 2;
             t.out.sizes[0] = 500;
