@@ -167,3 +167,70 @@ def test_zero_size_and_scalar_tensors(native_only):
     s = torch.tensor(4.0).to("tpu")
     assert s.dim() == 0 and s.item() == 4.0
     assert (s + s).item() == 8.0
+
+
+def test_copies_of_more_dims_than_a_record_holds(mode, native_only):
+    # 13 and 14 dims whose strides do not merge: copies split them into
+    # slices instead of failing (every other op depends on copies).
+    x = torch.randn([2] * 14, generator=torch.Generator().manual_seed(1))
+    rev = list(reversed(range(14)))
+    src = x.permute(rev)
+    assert torch.equal(src.to("tpu").cpu(), src)
+    t = x.to("tpu")
+    assert torch.equal(t.permute(rev).cpu(), src)
+    assert torch.equal(t.permute(rev).contiguous().cpu(), src.contiguous())
+    assert torch.equal(t.permute(rev).to("tpu:1").cpu(), src)
+    pinned = src.pin_memory().to("tpu", non_blocking=True)
+    assert torch.equal(pinned.cpu(), src)
+    y = torch.randn([2] * 13).permute(list(reversed(range(13))))
+    assert torch.equal(y.to("tpu").cpu(), y)
+
+
+def test_fill_and_zero_on_more_dims_and_expanded(mode, native_only):
+    t = torch.zeros([2] * 13, device="tpu").permute(list(reversed(range(13))))
+    t.fill_(5)
+    assert torch.equal(t.cpu(), torch.full([2] * 13, 5.0))
+    # fill_ accepts an expanded (stride-0) tensor, as on the CPU.
+    base = torch.zeros(4, device="tpu")
+    base.expand(3, 4).fill_(7)
+    assert base.cpu().tolist() == [7.0] * 4
+    base.expand(3, 4).zero_()
+    assert base.cpu().tolist() == [0.0] * 4
+
+
+def test_copy_into_expanded_tensor_is_rejected_like_cpu():
+    dst = torch.zeros(3, device="tpu").expand(2, 3)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        dst.copy_(torch.ones(2, 3))
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        dst.copy_(torch.ones(2, 3, device="tpu:1"))
+
+
+def test_set_growing_a_storage_keeps_stream_order_and_chip(native_only):
+    # set_ with a view past the end grows the storage: the old bytes must
+    # be copied after queued work wrote them, into memory of the storage's
+    # own chip (not the current chip).
+    for chip in (0, 1):
+        x = torch.zeros(1000, device=f"tpu:{chip}")
+        a = torch.randn(512, 512, device=f"tpu:{chip}")
+        for _ in range(3):
+            a = a @ a
+        x.add_(1)  # queued behind the products
+        t = torch.empty(0, device=f"tpu:{chip}")
+        before = [torch.tpu.memory_allocated(c) for c in (0, 1)]
+        t.set_(x.untyped_storage(), 0, (2000,), (1,))
+        grown = [torch.tpu.memory_allocated(c) - before[c] for c in (0, 1)]
+        assert grown[1 - chip] == 0 and grown[chip] > 0
+        assert x.untyped_storage().nbytes() == 8000
+        assert torch.equal(t[:1000].cpu(), torch.ones(1000))
+
+
+def test_set_without_arguments_gives_an_empty_tpu_storage(native_only):
+    x = torch.ones(3, device="tpu:1")
+    x.set_()
+    assert x.shape == (0,) and x.device == torch.device("tpu:1")
+    assert x.untyped_storage().device == torch.device("tpu:1")
+    x.resize_(4).fill_(1)
+    assert x.cpu().tolist() == [1.0] * 4
+    with pytest.raises(RuntimeError, match="storage offset must be non-negative"):
+        torch.empty(0, device="tpu").set_(x.untyped_storage(), -1, (2,), (1,))

@@ -256,3 +256,60 @@ def test_integer_mm_goes_to_fallback():
     torch.tpu.reset_fallback_stats()
     assert_same(a.to("tpu") @ a.t().to("tpu"), a @ a.t())
     assert torch.tpu.fallback_stats().get("aten::mm", 0) == 1
+
+
+def test_ops_on_more_dims_than_a_record_holds(mode):
+    # Element-wise ops split unmergeable ranks into slices; reductions over
+    # more than TPU_MAX_DIMS dims take the (counted) CPU fallback.
+    x = torch.randn([2] * 14, generator=torch.Generator().manual_seed(2))
+    rev = list(reversed(range(14)))
+    t = x.to("tpu")
+    assert torch.equal((t.permute(rev) + t).cpu(), x.permute(rev) + x)
+    assert torch.equal((t.permute(rev) * 3).cpu(), x.permute(rev) * 3)
+    out = torch.empty([2] * 14, device="tpu").permute(rev)
+    torch.sub(t, 1, out=out)
+    assert torch.equal(out.cpu(), x - 1)
+    torch.tpu.reset_fallback_stats()
+    assert torch.allclose(t.permute(rev).sum().cpu(), x.sum())
+    assert torch.allclose(t.sum((1, 3, 5)).cpu(), x.sum((1, 3, 5)))
+    assert torch.allclose(t.mean(0, keepdim=True).cpu(), x.mean(0, keepdim=True))
+    assert torch.tpu.fallback_stats().get("aten::sum.dim_IntList", 0) >= 1
+    g = t.clone().requires_grad_()
+    (g.permute(rev) * 2).sum().backward()
+    assert torch.equal(g.grad.cpu(), torch.full([2] * 14, 2.0))
+
+
+@pytest.mark.parametrize("dtype,alpha", [(torch.int8, 1000), (torch.uint8, 300), (torch.int32, 2**40),
+                                         (torch.float16, 1e5), (torch.float32, 1e39)])
+def test_alpha_overflow_raises_like_cpu(dtype, alpha):
+    for device in ("cpu", "tpu"):
+        a = torch.ones(2, dtype=dtype, device=device)
+        with pytest.raises(RuntimeError, match="cannot be converted to type .* without overflow"):
+            torch.add(a, a, alpha=alpha)
+        with pytest.raises(RuntimeError, match="cannot be converted to type .* without overflow"):
+            torch.sub(a, 1, alpha=alpha)
+
+
+def test_reduction_out_aliasing_its_input(mode, native_only):
+    # The result is that of the input before the call (the CPU backend
+    # itself gives aliasing-dependent values here, so compare to a fresh sum).
+    x = torch.arange(6.0).view(2, 3)
+    t = x.to("tpu")
+    torch.sum(t, 0, out=t[0])
+    assert torch.equal(t.cpu(), torch.stack([x.sum(0), x[1]]))
+    t = x.to("tpu")
+    torch.mean(t, 1, out=t[:, 0])
+    assert torch.equal(t.cpu()[:, 0], x.mean(1))
+    v = torch.tensor([0.0, 1.0, 2.0]).to("tpu")
+    torch.sum(v, 0, out=v)  # out is resized to 0-dim: the sum is of the old v
+    assert v.item() == 3.0
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        torch.sum(torch.ones(2, 3, device="tpu"), 0, out=torch.zeros(1, device="tpu").expand(3))
+
+
+def test_cpu_scalars_written_into_a_tpu_out(native_only):
+    out = torch.empty((), device="tpu")
+    torch.add(torch.tensor(1.0), torch.tensor(2), out=out)
+    assert out.item() == 3.0
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.add(torch.ones(2), torch.tensor(2.0), out=torch.empty(2, device="tpu"))

@@ -84,3 +84,12 @@ def test_event_recorded_on_another_chip_is_an_error():
 def test_stream_of_another_device_type_is_rejected():
     with pytest.raises(Exception):
         torch.tpu.set_stream(torch.Stream(device="cpu"))
+
+
+def test_stream_context_rejects_non_tpu_streams():
+    with pytest.raises(ValueError, match="expected a tpu stream, got a stream on cpu"):
+        torch.tpu.stream(torch.Stream(device="cpu"))
+    with pytest.raises(TypeError, match="expected a torch.Stream"):
+        torch.tpu.stream("tpu:0")
+    with torch.tpu.stream(None):
+        pass

@@ -26,7 +26,10 @@ bool is_cpu_scalar(const at::Tensor& t) { return t.dim() == 0 && t.is_cpu(); }
 
 c10::DeviceIndex common_chip(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b,
                              const at::Tensor* out) {
-  const at::Tensor* tpu = a.device().type() == kTpu ? &a : &b;
+  // The chip of the first tpu tensor; `out` may be the only one (two CPU
+  // scalars written into a tpu tensor, which CUDA accepts too).
+  const at::Tensor* tpu = a.device().type() == kTpu ? &a : b.device().type() == kTpu ? &b : out;
+  TORCH_INTERNAL_ASSERT(tpu != nullptr && tpu->device().type() == kTpu);
   for (const at::Tensor* t : {&a, &b, out}) {
     if (t == nullptr || (t != out && is_cpu_scalar(*t))) continue;
     TORCH_CHECK(t->device() == tpu->device(), "Expected all tensors to be on the same device, but found at least two devices, ",
@@ -54,7 +57,12 @@ void check_operands(const BinaryKind& k, const at::Tensor& a, const at::Tensor& 
                 "Subtraction, the `-` operator, with a bool tensor is not supported. "
                 "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
   }
-  if (k.code == TPU_OP_ADD || k.code == TPU_OP_SUB) at::native::alpha_check(type, alpha);
+  if (k.code == TPU_OP_ADD || k.code == TPU_OP_SUB) {
+    at::native::alpha_check(type, alpha);
+    // PyTorch converts alpha to the result dtype with an overflow check
+    // (int8 alpha=1000 raises); the record keeps the unrounded value.
+    (void)to_tpu_scalar(alpha, type, /*checked=*/true);
+  }
 }
 
 // Runs out = a <op> b where out already has the broadcast shape and the
@@ -70,21 +78,25 @@ void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, cons
   op.code = k.code;
   op.p.arith.alpha = to_tpu_scalar(alpha, out.scalar_type(), /*checked=*/false);
   op.p.arith.rounding = rounding;
-  const at::Tensor a_full = a.expand(out.sizes());
-  tpu_tensor described[3];
+  std::vector<at::Tensor> operands{out, a.expand(out.sizes())};
   if (is_cpu_scalar(b)) {
     op.n_in = 1;
     op.p.arith.other = to_tpu_scalar(b.item(), out.scalar_type(), /*checked=*/false);
-    describe_elementwise(k.name, {&out, &a_full}, described);
   } else {
     op.n_in = 2;
-    const at::Tensor b_full = b.expand(out.sizes());
-    describe_elementwise(k.name, {&out, &a_full, &b_full}, described);
-    op.in[1] = described[2];
+    operands.push_back(b.expand(out.sizes()));
   }
-  op.out = described[0];
-  op.in[0] = described[1];
-  submit(chip, op, k.name);
+  for_each_describable_slice(operands, [&](const std::vector<at::Tensor>& t) {
+    tpu_tensor described[3];
+    if (op.n_in == 1)
+      describe_elementwise(k.name, {&t[0], &t[1]}, described);
+    else
+      describe_elementwise(k.name, {&t[0], &t[1], &t[2]}, described);
+    op.out = described[0];
+    op.in[0] = described[1];
+    if (op.n_in == 2) op.in[1] = described[2];
+    submit(chip, op, k.name);
+  });
 }
 
 // Writes into `out` (already checked and sized): directly when its dtype is

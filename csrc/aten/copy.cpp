@@ -31,14 +31,18 @@ void keep_alive_until_done(tpu_stream* stream, const at::Tensor& host) {
 }
 
 void submit_copy(c10::DeviceIndex chip, const at::Tensor& dst, const at::Tensor& src) {
-  tpu_op op{};
-  op.code = TPU_OP_COPY;
-  op.n_in = 1;
-  tpu_tensor described[2];
-  describe_elementwise("copy_", {&dst, &src}, described);
-  op.out = described[0];
-  op.in[0] = described[1];
-  submit(chip, op, "aten::copy_");
+  // A copy must take any rank: it is how every other op (and the CPU
+  // fallback) moves tensors on and off the chip.
+  for_each_describable_slice({dst, src}, [&](const std::vector<at::Tensor>& t) {
+    tpu_op op{};
+    op.code = TPU_OP_COPY;
+    op.n_in = 1;
+    tpu_tensor described[2];
+    describe_elementwise("copy_", {&t[0], &t[1]}, described);
+    op.out = described[0];
+    op.in[0] = described[1];
+    submit(chip, op, "aten::copy_");
+  });
 }
 
 void check_copy_dtypes(const at::Tensor& dst, const at::Tensor& src) {
@@ -75,6 +79,10 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
     return;
   }
 
+  // Across chips or with the host nothing can overlap, but dst must not
+  // overlap itself (an expanded dst), as for any written-to tensor.
+  at::assert_no_internal_overlap(dst);
+
   if (dst_tpu && src_tpu) {
     // chip i -> chip j, run on chip j's current stream.
     const c10::DeviceIndex from = src.device().index(), to = dst.device().index();
@@ -105,7 +113,6 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
 
   // tpu -> host
   const c10::DeviceIndex chip = src.device().index();
-  at::assert_no_internal_overlap(dst);
   const bool async = non_blocking && is_pinned_host_ptr(dst.storage().data());
   submit_copy(chip, dst, src);
   if (async)

@@ -1,12 +1,17 @@
 // sum and mean over any dims, as TPU_OP_SUM / TPU_OP_MEAN records. The
 // kernel writes a keepdim-shaped view of the output, so keepdim=False and
 // out= need no extra copies.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtilsMulti.h>
+#include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/mean_ops.h>
+#include <ATen/ops/sum_ops.h>
 #include <torch/library.h>
 
 #include <bitset>
 
+#include "core/fallback.h"
 #include "core/glue.h"
 
 namespace torch_tpu {
@@ -49,8 +54,7 @@ std::vector<int64_t> reduced_shape(const at::Tensor& self, uint32_t mask, bool k
 
 // `out` has the final shape; submit the op on its keepdim-shaped view.
 void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdim, const at::Tensor& out) {
-  TORCH_CHECK(self.dim() <= TPU_MAX_DIMS, k.name, ": tpu reductions take at most ", TPU_MAX_DIMS, " dims, got ",
-              self.dim());
+  TORCH_INTERNAL_ASSERT(self.dim() <= TPU_MAX_DIMS);  // larger ranks take the fallback (see below)
   at::Tensor out_kd = out;
   if (!keepdim)
     for (int64_t d = 0; d < self.dim(); d++)
@@ -91,26 +95,50 @@ at::Tensor& out_variant(const ReduceKind& k, const at::Tensor& self, at::Optiona
   TORCH_CHECK(!dtype.has_value() || *dtype == out.scalar_type(), k.name, ": expected out dtype ", *dtype,
               " but got ", out.scalar_type());
   const uint32_t mask = reduce_mask(self, dims);
+  if (out.is_alias_of(self)) {
+    // The kernel reads self while it writes out, and resizing out first
+    // could even reshape self: compute into a fresh tensor, then store.
+    const at::Tensor result = functional(k, self, dims, keepdim, type);
+    at::native::resize_output(out, result.sizes());
+    copy_tensor(out, result, false);
+    return out;
+  }
   at::native::resize_output(out, reduced_shape(self, mask, keepdim));
+  at::assert_no_internal_overlap(out);
   run(k, self, mask, keepdim, out);
   return out;
 }
 
 }  // namespace
 
+// The reduce kernel describes its operands dim for dim, so inputs of more
+// than TPU_MAX_DIMS dims take the CPU fallback (counted, as every fallback).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sum.dim_IntList", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                                std::optional<at::ScalarType> dtype) {
+    if (self.dim() > TPU_MAX_DIMS)
+      return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sum_dim_IntList>::call(self, dims, keepdim,
+                                                                                          dtype);
     return functional(kSum, self, dims, keepdim, dtype);
   });
   m.impl("sum.IntList_out", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                                std::optional<at::ScalarType> dtype, at::Tensor& out) -> at::Tensor& {
+    if (self.dim() > TPU_MAX_DIMS)
+      return at::native::call_fallback_fn<&cpu_fallback, at::_ops::sum_IntList_out>::call(self, dims, keepdim,
+                                                                                          dtype, out);
     return out_variant(kSum, self, dims, keepdim, dtype, out);
   });
   m.impl("mean.dim", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
-                        std::optional<at::ScalarType> dtype) { return functional(kMean, self, dims, keepdim, dtype); });
+                        std::optional<at::ScalarType> dtype) {
+    if (self.dim() > TPU_MAX_DIMS)
+      return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mean_dim>::call(self, dims, keepdim, dtype);
+    return functional(kMean, self, dims, keepdim, dtype);
+  });
   m.impl("mean.out", [](const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                         std::optional<at::ScalarType> dtype, at::Tensor& out) -> at::Tensor& {
+    if (self.dim() > TPU_MAX_DIMS)
+      return at::native::call_fallback_fn<&cpu_fallback, at::_ops::mean_out>::call(self, dims, keepdim, dtype,
+                                                                                   out);
     return out_variant(kMean, self, dims, keepdim, dtype, out);
   });
 }

@@ -84,6 +84,20 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
 at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, int64_t offset,
                                       c10::IntArrayRef size, c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().type() == kTpu, "set_: expected a tpu storage, got one on ", source.device());
+  TORCH_CHECK(offset >= 0, "set_: storage offset must be non-negative, got ", offset);
+  TORCH_CHECK(stride.empty() || stride.size() == size.size(), "set_: got ", size.size(), " sizes but ",
+              stride.size(), " strides");
+  for (int64_t s : size) TORCH_CHECK(s >= 0, "set_: sizes must be non-negative, got ", size);
+  // A view reaching past the storage grows it, as on the CPU. Grow it here,
+  // on its own chip and in stream order: the CPU kernel would memcpy the
+  // old bytes at once (racing with queued work) into memory of the
+  // current chip.
+  const int64_t itemsize = static_cast<int64_t>(self.dtype().itemsize());
+  const size_t needed =
+      c10::multiply_integers(size) == 0 ? 0
+      : stride.empty()                  ? at::detail::computeStorageNbytesContiguous(size, itemsize, offset)
+                                        : at::detail::computeStorageNbytes(size, stride, itemsize, offset);
+  if (needed > source.nbytes()) resize_storage_bytes(source, needed);
   return at::cpu::set_(self, source, offset, size, stride);
 }
 
@@ -97,7 +111,13 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
   return at::cpu::set_(self, source);
 }
 
-at::Tensor& set_empty(at::Tensor& self) { return at::cpu::set_(self); }
+// Gives self an empty storage of its own chip (the CPU kernel would give it
+// a CPU storage, which set_ then refuses).
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, device_allocator(), /*resizable=*/true);
+  return self.set_(empty, 0, {0}, {});
+}
 
 // .item(): waits for the value through a device-to-host copy.
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
@@ -112,12 +132,20 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() == 0) return self;
   TORCH_CHECK_TYPE(!value.isComplex(), "fill_: cannot fill a ", self.scalar_type(),
                    " tensor with the complex value ", value);
-  at::assert_no_internal_overlap(self);
+  // Every element gets the same value, so an expanded tensor (PyTorch's
+  // fill_ accepts one) is filled through its first slice along each
+  // stride-0 dim: the kernel then never writes one address twice.
+  at::Tensor target = self;
+  for (int64_t d = 0; d < self.dim(); d++)
+    if (self.stride(d) == 0) target = target.narrow(d, 0, 1);
+  at::assert_no_internal_overlap(target);
   tpu_op op{};
   op.code = TPU_OP_FILL;
-  describe_elementwise("fill_", {&self}, &op.out);
   op.p.fill.value = to_tpu_scalar(value, self.scalar_type(), /*checked=*/true);
-  submit(self.device().index(), op, "aten::fill_.Scalar");
+  for_each_describable_slice({target}, [&](const std::vector<at::Tensor>& t) {
+    describe_elementwise("fill_", {&t[0]}, &op.out);
+    submit(self.device().index(), op, "aten::fill_.Scalar");
+  });
   return self;
 }
 

@@ -158,7 +158,13 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
     set_current_chip(saved);
   }
   const size_t keep = std::min(nbytes, impl->nbytes());
-  if (keep > 0 && impl->data() != nullptr) g_device_allocator.copy_data(fresh.get(), impl->data(), keep);
+  if (keep > 0 && impl->data() != nullptr) {
+    g_device_allocator.copy_data(fresh.get(), impl->data(), keep);
+    // The old block is freed below, maybe while the copy is still queued
+    // on the current stream, which need not be the stream the block was
+    // allocated for: keep it from reuse until the copy has run.
+    TPU_CHECK_STATUS(tpu_mem_record_stream(const_cast<void*>(impl->data()), current_c_stream(chip)));
+  }
   impl->set_data_ptr_noswap(std::move(fresh));
   impl->set_nbytes(nbytes);
 }

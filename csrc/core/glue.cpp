@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -142,40 +143,56 @@ tpu_scalar to_tpu_scalar(const c10::Scalar& s, at::ScalarType type, bool checked
   return r;
 }
 
-void describe_elementwise(const char* op, std::initializer_list<const at::Tensor*> tensors, tpu_tensor* out) {
+namespace {
+
+// Tensors of equal sizes with adjacent dims folded where every tensor
+// stores them contiguously relative to each other.
+struct Merged {
+  int64_t rank;
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides;  // one list per tensor
+};
+
+Merged merge_dims(std::initializer_list<const at::Tensor*> tensors) {
   const at::Tensor& first = **tensors.begin();
   const int64_t ndim = first.dim();
-  std::vector<int64_t> sizes(first.sizes().begin(), first.sizes().end());
-  std::vector<std::vector<int64_t>> strides;
+  Merged m{0, std::vector<int64_t>(first.sizes().begin(), first.sizes().end()), {}};
   for (const at::Tensor* t : tensors) {
     TORCH_INTERNAL_ASSERT(t->sizes() == first.sizes());
-    strides.emplace_back(t->strides().begin(), t->strides().end());
+    m.strides.emplace_back(t->strides().begin(), t->strides().end());
   }
   // Fold dim d into the dim being grown (`cur`) when, for every tensor,
   // stepping once in `cur` equals stepping over all of d; size-1 dims fold
   // into anything.
   int64_t cur = -1;
   for (int64_t d = 0; d < ndim; d++) {
-    if (sizes[d] == 1 && ndim > 1) continue;
+    if (m.sizes[d] == 1 && ndim > 1) continue;
     bool merge = cur >= 0;
-    for (size_t k = 0; k < strides.size() && merge; k++)
-      merge = strides[k][cur] == strides[k][d] * sizes[d];
+    for (size_t k = 0; k < m.strides.size() && merge; k++)
+      merge = m.strides[k][cur] == m.strides[k][d] * m.sizes[d];
     if (merge) {
-      sizes[cur] *= sizes[d];
-      for (auto& st : strides) st[cur] = st[d];
+      m.sizes[cur] *= m.sizes[d];
+      for (auto& st : m.strides) st[cur] = st[d];
     } else {
       cur++;
-      sizes[cur] = sizes[d];
-      for (auto& st : strides) st[cur] = st[d];
+      m.sizes[cur] = m.sizes[d];
+      for (auto& st : m.strides) st[cur] = st[d];
     }
   }
-  const int64_t rank = ndim == 0 ? 0 : std::max<int64_t>(cur + 1, 1);
+  m.rank = ndim == 0 ? 0 : std::max<int64_t>(cur + 1, 1);
   if (ndim > 0 && cur < 0) {  // every dim had size 1
-    sizes[0] = 1;
-    for (auto& st : strides) st[0] = 1;
+    m.sizes[0] = 1;
+    for (auto& st : m.strides) st[0] = 1;
   }
-  TORCH_CHECK(rank <= TPU_MAX_DIMS, op, ": tpu kernels take at most ", TPU_MAX_DIMS,
-              " dims after merging contiguous ones; these tensors still have ", rank);
+  return m;
+}
+
+}  // namespace
+
+void describe_elementwise(const char* op, std::initializer_list<const at::Tensor*> tensors, tpu_tensor* out) {
+  const Merged m = merge_dims(tensors);
+  TORCH_CHECK(m.rank <= TPU_MAX_DIMS, op, ": tpu kernels take at most ", TPU_MAX_DIMS,
+              " dims after merging contiguous ones; these tensors still have ", m.rank);
   size_t k = 0;
   for (const at::Tensor* t : tensors) {
     tpu_tensor& d = out[k];
@@ -183,12 +200,40 @@ void describe_elementwise(const char* op, std::initializer_list<const at::Tensor
     TORCH_CHECK_TYPE(to_tpu_dtype(t->scalar_type(), &d.dtype), op, ": tpu does not support dtype ",
                      t->scalar_type());
     d.data = t->numel() == 0 ? nullptr : const_cast<void*>(t->const_data_ptr());
-    d.ndim = static_cast<int32_t>(rank);
-    for (int64_t i = 0; i < rank; i++) {
-      d.sizes[i] = sizes[i];
-      d.strides[i] = strides[k][i];
+    d.ndim = static_cast<int32_t>(m.rank);
+    for (int64_t i = 0; i < m.rank; i++) {
+      d.sizes[i] = m.sizes[i];
+      d.strides[i] = m.strides[k][i];
     }
     k++;
+  }
+}
+
+void for_each_describable_slice(const std::vector<at::Tensor>& tensors,
+                                const std::function<void(const std::vector<at::Tensor>&)>& fn) {
+  TORCH_INTERNAL_ASSERT(!tensors.empty());
+  const at::Tensor& first = tensors.front();
+  int64_t rank = 0;
+  switch (tensors.size()) {
+    case 1: rank = merge_dims({&tensors[0]}).rank; break;
+    case 2: rank = merge_dims({&tensors[0], &tensors[1]}).rank; break;
+    case 3: rank = merge_dims({&tensors[0], &tensors[1], &tensors[2]}).rank; break;
+    default: TORCH_INTERNAL_ASSERT(false, "for_each_describable_slice: at most 3 tensors");
+  }
+  if (rank <= TPU_MAX_DIMS) {
+    fn(tensors);
+    return;
+  }
+  // Too many dims that do not merge: peel off the first dim of size > 1
+  // (size-1 dims merge into anything, so this lowers the merged rank) and
+  // handle each slice. Such a tensor has >= 2^13 elements, so each slice
+  // is still worth a kernel call.
+  int64_t d = 0;
+  while (first.size(d) == 1) d++;
+  std::vector<at::Tensor> slices(tensors.size());
+  for (int64_t i = 0; i < first.size(d); i++) {
+    for (size_t k = 0; k < tensors.size(); k++) slices[k] = tensors[k].select(d, i);
+    for_each_describable_slice(slices, fn);
   }
 }
 

@@ -7,7 +7,9 @@
 #include <ATen/ATen.h>
 #include <c10/core/Stream.h>
 
+#include <functional>
 #include <initializer_list>
+#include <vector>
 
 extern "C" {
 #include "tpu/op.h"
@@ -69,6 +71,13 @@ tpu_scalar to_tpu_scalar(const c10::Scalar& s, at::ScalarType type, bool checked
 // take the fast paths. Raises if more than TPU_MAX_DIMS dims remain or a
 // dtype is not one the virtual TPU has; `op` names the op in the message.
 void describe_elementwise(const char* op, std::initializer_list<const at::Tensor*> tensors, tpu_tensor* out);
+
+// Calls fn once with `tensors` (1 to 3, of equal sizes) when they merge to
+// at most TPU_MAX_DIMS dims, which is the common case; otherwise once per
+// slice along their leading dims, each slice small enough in rank to
+// describe. Lets element-wise ops and copies take tensors of any rank.
+void for_each_describable_slice(const std::vector<at::Tensor>& tensors,
+                                const std::function<void(const std::vector<at::Tensor>&)>& fn);
 
 // Submits an op to the current stream of `chip` under a static name
 // ("aten::add.out") used in kernel error messages.

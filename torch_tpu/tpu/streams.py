@@ -79,6 +79,12 @@ class StreamContext:
     """Makes ``stream`` current on its chip (and the chip current) inside a with block."""
 
     def __init__(self, stream: Optional[torch.Stream]):
+        # Checked here: a CPU stream would otherwise fail later as an
+        # invalid chip index (its device_index is -1).
+        if stream is not None and not isinstance(stream, torch.Stream):
+            raise TypeError(f"torch.tpu.stream: expected a torch.Stream or None, got {type(stream).__name__}")
+        if stream is not None and stream.device.type != "tpu":
+            raise ValueError(f"torch.tpu.stream: expected a tpu stream, got a stream on {stream.device}")
         self.stream = stream
         self.prev_stream: Optional[torch.Stream] = None
         self.prev_device = -1
