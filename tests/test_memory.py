@@ -48,6 +48,29 @@ def test_memory_stats_keys_and_mem_get_info():
     del x
 
 
+def test_stats_counts_peaks_and_pools_are_consistent():
+    torch.tpu.synchronize()
+    torch.tpu.empty_cache()
+    torch.tpu.reset_peak_memory_stats()
+    torch.tpu.reset_accumulated_memory_stats()
+    x = torch.empty(3 << 20, dtype=torch.uint8, device="tpu")
+    s = torch.tpu.memory_stats()
+    for key in ("allocated_bytes", "reserved_bytes", "allocation", "segment", "active"):
+        assert s[f"{key}.all.peak"] >= s[f"{key}.all.current"] > 0, key
+        assert s[f"{key}.small_pool.current"] + s[f"{key}.large_pool.current"] == s[f"{key}.all.current"], key
+    block = s["allocated_bytes.all.allocated"]
+    assert block >= 3 << 20 and s["allocated_bytes.all.freed"] == 0
+    assert s["allocation.all.allocated"] == 1
+    del x
+    s = torch.tpu.memory_stats()
+    assert s["allocated_bytes.all.freed"] == block and s["allocation.all.freed"] == 1
+    assert s["allocation.all.peak"] == 1 and s["allocation.all.current"] == 0
+    torch.tpu.empty_cache()
+    s = torch.tpu.memory_stats()
+    assert s["segment.all.current"] == 0 and s["segment.all.peak"] >= 1
+    assert s["reserved_bytes.all.freed"] == s["reserved_bytes.all.allocated"]
+
+
 def test_per_chip_accounting():
     base1 = torch.tpu.memory_allocated(1)
     base0 = torch.tpu.memory_allocated(0)

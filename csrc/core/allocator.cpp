@@ -19,10 +19,18 @@ void free_device_block(void* ptr) {
   if (tpu_mem_free(ptr) != TPU_OK) tpu_clear_error();
 }
 
-void set_stat(c10::CachingAllocator::StatArray& stat, uint64_t current, uint64_t peak) {
-  for (auto& s : stat) {
+// The tpu allocator has one pool: its numbers go under "all" and
+// "large_pool" (so small + large == all, as PyTorch's consumers expect),
+// and "small_pool" stays zero.
+void set_stat(c10::CachingAllocator::StatArray& stat, uint64_t current, uint64_t peak, uint64_t allocated,
+              uint64_t freed) {
+  using c10::CachingAllocator::StatType;
+  for (StatType type : {StatType::AGGREGATE, StatType::LARGE_POOL}) {
+    auto& s = stat[static_cast<size_t>(type)];
     s.current = static_cast<int64_t>(current);
     s.peak = static_cast<int64_t>(peak);
+    s.allocated = static_cast<int64_t>(allocated);
+    s.freed = static_cast<int64_t>(freed);
   }
 }
 
@@ -71,21 +79,16 @@ struct TpuDeviceAllocator final : c10::DeviceAllocator {
     tpu_mem_stats s{};
     TPU_CHECK_STATUS(tpu_mem_get_stats(device, &s));
     c10::CachingDeviceAllocator::DeviceStats out;
-    set_stat(out.allocated_bytes, s.allocated_bytes, s.allocated_bytes_peak);
-    set_stat(out.active_bytes, s.allocated_bytes, s.allocated_bytes_peak);
-    set_stat(out.reserved_bytes, s.reserved_bytes, s.reserved_bytes_peak);
-    set_stat(out.requested_bytes, s.requested_bytes, s.requested_bytes);
-    set_stat(out.allocation, s.allocation_count, s.allocation_count);
-    set_stat(out.active, s.allocation_count, s.allocation_count);
-    for (auto& st : out.allocation) {
-      st.allocated = static_cast<int64_t>(s.num_allocs);
-      st.freed = static_cast<int64_t>(s.num_frees);
-    }
-    for (auto& st : out.segment) {
-      st.allocated = static_cast<int64_t>(s.num_segment_allocs);
-      st.freed = static_cast<int64_t>(s.num_segment_frees);
-      st.current = static_cast<int64_t>(s.num_segment_allocs - s.num_segment_frees);
-    }
+    set_stat(out.allocated_bytes, s.allocated_bytes, s.allocated_bytes_peak, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(out.active_bytes, s.allocated_bytes, s.allocated_bytes_peak, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(out.reserved_bytes, s.reserved_bytes, s.reserved_bytes_peak, s.segment_bytes_total,
+             s.released_bytes_total);
+    set_stat(out.requested_bytes, s.requested_bytes, s.requested_bytes_peak, 0, 0);
+    set_stat(out.allocation, s.allocation_count, s.allocation_count_peak, s.num_allocs, s.num_frees);
+    set_stat(out.active, s.allocation_count, s.allocation_count_peak, s.num_allocs, s.num_frees);
+    set_stat(out.segment, s.segment_count, s.segment_count_peak, s.num_segment_allocs, s.num_segment_frees);
     out.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
     out.num_ooms = static_cast<int64_t>(s.num_ooms);
     out.num_device_alloc = static_cast<int64_t>(s.num_segment_allocs);

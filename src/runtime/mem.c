@@ -215,7 +215,9 @@ static void promote_pending(allocator *a) {
 static void segment_free(allocator *a, block *b) {
     tpu_target_get()->mem_free(a->chip, b->ptr, b->size);
     a->stats.reserved_bytes -= b->size;
+    a->stats.segment_count--;
     a->stats.num_segment_frees++;
+    a->stats.released_bytes_total += b->size;
     free(b->uses);
     free(b);
 }
@@ -266,7 +268,11 @@ static tpu_status try_alloc(allocator *a, int s, size_t n, block **out, bool *ho
     a->stats.reserved_bytes += n;
     if (a->stats.reserved_bytes > a->stats.reserved_bytes_peak)
         a->stats.reserved_bytes_peak = a->stats.reserved_bytes;
+    a->stats.segment_count++;
+    if (a->stats.segment_count > a->stats.segment_count_peak)
+        a->stats.segment_count_peak = a->stats.segment_count;
     a->stats.num_segment_allocs++;
+    a->stats.segment_bytes_total += n;
     *out = b;
     return TPU_OK;
 }
@@ -342,8 +348,13 @@ tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out
         if (m->allocated_bytes > m->allocated_bytes_peak)
             m->allocated_bytes_peak = m->allocated_bytes;
         m->requested_bytes += nbytes;
+        if (m->requested_bytes > m->requested_bytes_peak)
+            m->requested_bytes_peak = m->requested_bytes;
         m->allocation_count++;
+        if (m->allocation_count > m->allocation_count_peak)
+            m->allocation_count_peak = m->allocation_count;
         m->num_allocs++;
+        m->allocated_bytes_total += b->size;
         *out = b->ptr;
     }
     pthread_mutex_unlock(&a->lock);
@@ -358,6 +369,7 @@ static void free_block(allocator *a, block *b) {
     m->requested_bytes -= b->requested;
     m->allocation_count--;
     m->num_frees++;
+    m->freed_bytes_total += b->size;
 
     tpu_stream *own = tpu_stream_peek(a->chip, b->stream);
     b->free_seq = own ? tpu_stream_submitted_seq(own) : 0;
@@ -506,6 +518,9 @@ tpu_status tpu_mem_reset_peak_stats(int chip) {
     pthread_mutex_lock(&a->lock);
     a->stats.allocated_bytes_peak = a->stats.allocated_bytes;
     a->stats.reserved_bytes_peak = a->stats.reserved_bytes;
+    a->stats.requested_bytes_peak = a->stats.requested_bytes;
+    a->stats.allocation_count_peak = a->stats.allocation_count;
+    a->stats.segment_count_peak = a->stats.segment_count;
     pthread_mutex_unlock(&a->lock);
     return TPU_OK;
 }
@@ -518,7 +533,9 @@ tpu_status tpu_mem_reset_accumulated_stats(int chip) {
     pthread_mutex_lock(&a->lock);
     tpu_mem_stats *m = &a->stats;
     m->num_allocs = m->num_frees = 0;
+    m->allocated_bytes_total = m->freed_bytes_total = 0;
     m->num_segment_allocs = m->num_segment_frees = 0;
+    m->segment_bytes_total = m->released_bytes_total = 0;
     m->num_cache_hits = m->num_alloc_retries = m->num_ooms = 0;
     pthread_mutex_unlock(&a->lock);
     return TPU_OK;

@@ -153,6 +153,40 @@ static void test_stats_and_rounding(void) {
           m.num_segment_frees == 0 && m.num_cache_hits == 0);
 }
 
+/* Counts and peaks of allocations and segments, and byte totals, stay
+ * consistent through frees, empty_cache and both kinds of reset. */
+static void test_counts_peaks_and_totals(void) {
+    reset(0);
+    CHECK_OK(tpu_mem_empty_cache(0));
+    CHECK_OK(tpu_mem_reset_peak_stats(0));
+    void *a, *b;
+    CHECK_OK(tpu_mem_alloc(0, 1000, NULL, &a));
+    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &b));
+    tpu_mem_stats m = stats(0);
+    CHECK(m.allocation_count == 2 && m.allocation_count_peak == 2);
+    CHECK(m.segment_count == 2 && m.segment_count_peak == 2);
+    CHECK(m.requested_bytes_peak == 1000 + 3 * MIB);
+    CHECK(m.allocated_bytes_total == 1024 + 4 * MIB && m.freed_bytes_total == 0);
+    CHECK(m.segment_bytes_total == 1024 + 4 * MIB);
+    CHECK_OK(tpu_mem_free(b));
+    m = stats(0);
+    CHECK(m.allocation_count == 1 && m.allocation_count_peak == 2);
+    CHECK(m.freed_bytes_total == 4 * MIB && m.segment_count == 2); /* b is cached */
+    CHECK_OK(tpu_mem_empty_cache(0));
+    m = stats(0);
+    CHECK(m.segment_count == 1 && m.segment_count_peak == 2 && m.released_bytes_total == 4 * MIB);
+    CHECK_OK(tpu_mem_reset_accumulated_stats(0));
+    CHECK_OK(tpu_mem_reset_peak_stats(0));
+    m = stats(0);
+    CHECK(m.allocated_bytes_total == 0 && m.freed_bytes_total == 0 && m.segment_bytes_total == 0 &&
+          m.released_bytes_total == 0);
+    CHECK(m.segment_count == 1 && m.segment_count_peak == 1 && m.allocation_count_peak == 1);
+    CHECK(m.requested_bytes_peak == 1000);
+    CHECK_OK(tpu_mem_free(a));
+    CHECK_OK(tpu_mem_empty_cache(0));
+    CHECK(stats(0).segment_count == 0);
+}
+
 static void test_chip_of(void) {
     void *p;
     int chip = -1;
@@ -308,6 +342,7 @@ int main(void) {
     test_no_reuse_across_streams();
     test_record_stream();
     test_stats_and_rounding();
+    test_counts_peaks_and_totals();
     test_chip_of();
     test_oom();
     test_oom_retry_releases_cache();

@@ -150,12 +150,17 @@ TPU_API int tpu_event_chip(const tpu_event *event);
  * allocator. "current" values are now; "peak" the maximum since the last
  * reset; counts are cumulative. */
 typedef struct {
+    /* current and peak */
     uint64_t allocated_bytes, allocated_bytes_peak; /* handed to callers */
     uint64_t reserved_bytes, reserved_bytes_peak;   /* held from the system, cached included */
-    uint64_t requested_bytes;                       /* sizes asked for, before rounding */
-    uint64_t allocation_count;                      /* live allocations */
-    uint64_t num_allocs, num_frees;                 /* cumulative calls */
+    uint64_t requested_bytes, requested_bytes_peak; /* sizes asked for, before rounding */
+    uint64_t allocation_count, allocation_count_peak; /* live allocations */
+    uint64_t segment_count, segment_count_peak;     /* blocks held from the system */
+    /* cumulative since the last tpu_mem_reset_accumulated_stats */
+    uint64_t num_allocs, num_frees;                 /* calls */
+    uint64_t allocated_bytes_total, freed_bytes_total; /* bytes handed out / returned */
     uint64_t num_segment_allocs, num_segment_frees; /* system allocations and releases */
+    uint64_t segment_bytes_total, released_bytes_total; /* their bytes */
     uint64_t num_cache_hits;                        /* allocations served from the cache */
     uint64_t num_alloc_retries;                     /* cache flushes to satisfy a request */
     uint64_t num_ooms;
