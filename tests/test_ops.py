@@ -136,6 +136,15 @@ def test_inplace_on_views(native_only):
     assert_same(t, a)
 
 
+@pytest.mark.parametrize("rounding", ["trunc", "floor"])
+def test_rounded_bool_division_is_not_implemented_like_cpu(rounding):
+    a = torch.tensor([True, False])
+    with pytest.raises(NotImplementedError):
+        torch.div(a, a, rounding_mode=rounding)
+    with pytest.raises(NotImplementedError, match="Bool"):
+        torch.div(a.to("tpu"), a.to("tpu"), rounding_mode=rounding)
+
+
 def test_bool_arithmetic(native_only):
     a, b = rand((8,), torch.bool, 14), rand((8,), torch.bool, 15)
     assert_same(a.to("tpu") + b.to("tpu"), a + b)

@@ -47,8 +47,12 @@ at::ScalarType result_dtype(const BinaryKind& k, const at::Tensor& a, const at::
 }
 
 void check_operands(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b, at::ScalarType type,
-                    const c10::Scalar& alpha) {
+                    const c10::Scalar& alpha, tpu_rounding rounding) {
   TORCH_CHECK_TYPE(!a.is_complex() && !b.is_complex(), k.name, ": complex tensors are not supported on tpu yet");
+  // As on the CPU backend: rounded division has no bool kernel.
+  TORCH_CHECK_NOT_IMPLEMENTED(k.code != TPU_OP_DIV || rounding == TPU_ROUND_NONE || type != at::kBool, k.name,
+                              ": rounding_mode='", rounding == TPU_ROUND_TRUNC ? "trunc" : "floor",
+                              "' is not implemented for 'Bool'");
   if (k.code == TPU_OP_SUB) {
     TORCH_CHECK(a.scalar_type() != at::kBool || b.scalar_type() != at::kBool,
                 "Subtraction, the `-` operator, with two bool tensors is not supported. "
@@ -120,7 +124,7 @@ at::Tensor functional(const BinaryKind& k, const at::Tensor& a, const at::Tensor
                       tpu_rounding rounding) {
   const c10::DeviceIndex chip = common_chip(k, a, b, nullptr);
   const at::ScalarType type = result_dtype(k, a, b, rounding);
-  check_operands(k, a, b, type, alpha);
+  check_operands(k, a, b, type, alpha, rounding);
   const auto shape = at::infer_size(a.sizes(), b.sizes());
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type).device(kTpu, chip));
   run(k, chip, out, a, b, alpha, rounding);
@@ -131,7 +135,7 @@ at::Tensor& out_variant(const BinaryKind& k, const at::Tensor& a, const at::Tens
                         tpu_rounding rounding, at::Tensor& out) {
   const c10::DeviceIndex chip = common_chip(k, a, b, &out);
   const at::ScalarType type = result_dtype(k, a, b, rounding);
-  check_operands(k, a, b, type, alpha);
+  check_operands(k, a, b, type, alpha, rounding);
   TORCH_CHECK(at::canCast(type, out.scalar_type()), "result type ", type, " can't be cast to the desired output type ",
               out.scalar_type());
   at::native::resize_output(out, at::infer_size(a.sizes(), b.sizes()));
@@ -143,7 +147,7 @@ at::Tensor& inplace(const BinaryKind& k, at::Tensor& self, const at::Tensor& b, 
                     tpu_rounding rounding) {
   const c10::DeviceIndex chip = common_chip(k, self, b, &self);
   const at::ScalarType type = result_dtype(k, self, b, rounding);
-  check_operands(k, self, b, type, alpha);
+  check_operands(k, self, b, type, alpha, rounding);
   TORCH_CHECK(at::canCast(type, self.scalar_type()), "result type ", type,
               " can't be cast to the desired output type ", self.scalar_type());
   const auto shape = at::infer_size(self.sizes(), b.sizes());
