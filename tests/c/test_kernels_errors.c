@@ -1,0 +1,223 @@
+/* Kernel tests: division by zero (integer error, IEEE floats),
+ * tpu_op_check rejecting malformed records, tpu_op_run's own guards and
+ * tpu_op_max_threads. */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernel_test.h"
+
+/* ------------------------------------------------------------ errors */
+
+static tpu_op div_op(tpu_dtype dt, void *out, void *a, void *b, int64_t n) {
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_DIV;
+    op.n_in = 2;
+    op.out = (tpu_tensor){.data = out, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt};
+    op.in[0] = op.out;
+    op.in[0].data = a;
+    op.in[1] = op.out;
+    op.in[1].data = b;
+    op.p.arith.rounding = TPU_ROUND_TRUNC;
+    return op;
+}
+
+static void test_div_by_zero(void) {
+    int32_t a[100], b[100], o[100];
+    for (int i = 0; i < 100; i++) {
+        a[i] = i - 50;
+        b[i] = i == 90 ? 0 : 3;
+    }
+    tpu_op op = div_op(I32, o, a, b, 100);
+    for (int w = 0; w < 4; w++) {
+        tpu_kernels_set_reference(w < 2);
+        tpu_clear_error();
+        CHECK_OK(tpu_op_check(&op)); /* a zero divisor is a kernel-side error */
+        CHECK_STATUS(run_shares(&op, w % 2 ? 3 : 1), TPU_ERR_DIV_BY_ZERO);
+        CHECK(strcmp(tpu_last_error_message(), "integer division by zero") == 0);
+    }
+    /* In share 2 of 3 only the last share fails. */
+    CHECK_OK(tpu_op_run(&op, 0, 3));
+    CHECK_STATUS(tpu_op_run(&op, 2, 3), TPU_ERR_DIV_BY_ZERO);
+    op.p.arith.rounding = TPU_ROUND_FLOOR;
+    CHECK_STATUS(run_shares(&op, 1), TPU_ERR_DIV_BY_ZERO);
+    /* A scalar zero divisor. */
+    op.n_in = 1;
+    op.p.arith.other = (tpu_scalar){0.0, 0};
+    CHECK_STATUS(run_shares(&op, 1), TPU_ERR_DIV_BY_ZERO);
+    /* Floats divide by zero the IEEE way. */
+    float fa[3] = {1, -1, 0}, fb[3] = {0, 0, 0}, fo[3];
+    tpu_op fop = div_op(F32, fo, fa, fb, 3);
+    fop.p.arith.rounding = TPU_ROUND_NONE;
+    CHECK_OK(run_shares(&fop, 1));
+    CHECK(isinf(fo[0]) && fo[0] > 0 && isinf(fo[1]) && fo[1] < 0 && isnan(fo[2]));
+}
+
+/* A valid small ADD to mutate. */
+static float g_a[6], g_b[6], g_o[6];
+static tpu_op base_add(void) {
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_ADD;
+    op.n_in = 2;
+    tpu_tensor t = {.data = g_o, .sizes = {2, 3}, .strides = {3, 1}, .ndim = 2, .dtype = F32};
+    op.out = t;
+    t.data = g_a;
+    op.in[0] = t;
+    t.data = g_b;
+    op.in[1] = t;
+    op.p.arith.alpha = (tpu_scalar){1.0, 1};
+    return op;
+}
+
+static tpu_op base_mm(tpu_op_code code, int64_t m, int64_t k, int64_t k2, int64_t n) {
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = code;
+    op.n_in = code == TPU_OP_ADDMM ? 3 : 2;
+    op.out = (tpu_tensor){g_o, {m, n}, {n, 1}, 2, F32};
+    op.in[0] = (tpu_tensor){g_a, {m, k}, {k, 1}, 2, F32};
+    op.in[1] = (tpu_tensor){g_b, {k2, n}, {n, 1}, 2, F32};
+    op.in[2] = op.out;
+    return op;
+}
+
+static void expect_reject(const tpu_op *op, tpu_status want, const char *part) {
+    tpu_clear_error();
+    CHECK_STATUS(tpu_op_check(op), want);
+    CHECK_CONTAINS(tpu_last_error_message(), part);
+}
+
+static void test_check_rejects(void) {
+    tpu_op op = base_add();
+    CHECK_OK(tpu_op_check(&op));
+    expect_reject(NULL, TPU_ERR_INVALID_ARG, "NULL");
+    op.code = TPU_OP_COUNT;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "opcode");
+    op = base_add();
+    op.n_in = 3;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "add: n_in is 3");
+    op = base_add();
+    op.name = "aten::add.out";
+    op.in[1].sizes[1] = 4;
+    expect_reject(&op, TPU_ERR_SHAPE, "aten::add.out: in[1] has sizes [2, 4] but out has [2, 3]");
+    op = base_add();
+    op.out.ndim = 13;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "rank 13");
+    op = base_add();
+    op.in[0].sizes[0] = -2;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "negative size -2");
+    op = base_add();
+    op.in[0].data = NULL;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "data is NULL");
+    op = base_add();
+    op.in[1].dtype = (tpu_dtype)42;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "invalid dtype");
+    op = base_add();
+    op.out.strides[1] = 0;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "overlap itself");
+    op = base_add();
+    op.in[0].strides[0] = INT64_MAX / 2;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "strides too large");
+    op = base_add();
+    op.in[0].sizes[0] = INT64_MAX / 2;
+    op.in[0].sizes[1] = 3;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "too many elements");
+    op = base_add();
+    op.code = TPU_OP_SUB;
+    op.out.dtype = op.in[0].dtype = op.in[1].dtype = BOOL;
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "bool");
+    op = base_add();
+    op.code = TPU_OP_DIV;
+    op.out.dtype = I32;
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "int32");
+    op.p.arith.rounding = (tpu_rounding)9;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "rounding");
+    /* Zero elements need no data. */
+    op = base_add();
+    op.out.sizes[0] = op.in[0].sizes[0] = op.in[1].sizes[0] = 0;
+    op.out.data = op.in[0].data = op.in[1].data = NULL;
+    CHECK_OK(tpu_op_check(&op));
+    CHECK_OK(run_shares(&op, 3));
+    /* Reductions. */
+    op = base_add();
+    op.code = TPU_OP_SUM;
+    op.n_in = 1;
+    op.p.reduce.mask = 4;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "beyond rank 2");
+    op.p.reduce.mask = 2;
+    expect_reject(&op, TPU_ERR_SHAPE, "mask 0x2");
+    op.out.sizes[1] = 1;
+    CHECK_OK(tpu_op_check(&op));
+    op.code = TPU_OP_MEAN;
+    op.out.dtype = I64;
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "mean");
+    /* Matrix products. */
+    op = base_mm(TPU_OP_MM, 3, 4, 5, 2);
+    expect_reject(&op, TPU_ERR_SHAPE, "mm: in[0] is 3x4 but in[1] is 5x2 (inner sizes differ)");
+    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    CHECK_OK(tpu_op_check(&op));
+    op.out.sizes[1] = 2;
+    expect_reject(&op, TPU_ERR_SHAPE, "out is 1x2");
+    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op.in[1].dtype = F16;
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "share a dtype");
+    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op.out.dtype = op.in[0].dtype = op.in[1].dtype = I32;
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "int32");
+    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op.in[0].ndim = 3;
+    op.in[0].sizes[2] = 1;
+    expect_reject(&op, TPU_ERR_SHAPE, "2-d");
+    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op.p.mm.precision = (tpu_precision)7;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "precision");
+    op = base_mm(TPU_OP_ADDMM, 1, 2, 2, 3);
+    CHECK_OK(tpu_op_check(&op));
+    op.in[2].sizes[0] = 2;
+    expect_reject(&op, TPU_ERR_SHAPE, "in[2] is 2x3");
+    /* Random. */
+    float r[4];
+    op = random_op(TPU_OP_UNIFORM, I32, r, 4, 0, 0, 0, 1);
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "uniform");
+    op = random_op(TPU_OP_UNIFORM, F32, r, 4, 0, 0, 2, 1);
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "[2, 1)");
+    op = random_op(TPU_OP_NORMAL, F32, r, 4, 0, 0, 0, -1);
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "std -1");
+    op = random_op(TPU_OP_UNIFORM, F32, r, 4, 0, 0, 0, INFINITY);
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "finite");
+    /* tpu_op_run's own guards. */
+    op = base_add();
+    CHECK_STATUS(tpu_op_run(&op, 3, 3), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_op_run(&op, 0, 0), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_op_run(NULL, 0, 1), TPU_ERR_INVALID_ARG);
+    op.code = (tpu_op_code)-1;
+    CHECK_STATUS(tpu_op_run(&op, 0, 1), TPU_ERR_INVALID_ARG);
+}
+
+static void test_max_threads(void) {
+    tpu_op op = base_add();
+    CHECK(tpu_op_max_threads(&op) == 1);
+    CHECK(tpu_op_max_threads(NULL) == 1);
+    op.out.sizes[0] = op.in[0].sizes[0] = op.in[1].sizes[0] = 1 << 20;
+    CHECK(tpu_op_max_threads(&op) > 1);
+    op.code = TPU_OP_SUM;
+    op.n_in = 1;
+    op.p.reduce.mask = 3;
+    op.out.sizes[0] = op.out.sizes[1] = 1;
+    CHECK(tpu_op_max_threads(&op) == 1); /* one output: one thread */
+    op = base_mm(TPU_OP_MM, 16, 16, 16, 16);
+    CHECK(tpu_op_max_threads(&op) == 1);
+    op = base_mm(TPU_OP_MM, 1024, 1024, 1024, 1024);
+    CHECK(tpu_op_max_threads(&op) > 1);
+}
+
+int main(void) {
+    test_div_by_zero();
+    test_check_rejects();
+    test_max_threads();
+    tpu_kernels_set_reference(false);
+    return check_report();
+}
