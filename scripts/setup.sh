@@ -9,7 +9,17 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-python -m pip install --quiet --upgrade pip setuptools wheel
-python -m pip install --quiet torch==2.13.0 numpy pytest hypothesis safetensors ninja
-# Editable: the compiled torch_tpu/_C lands next to the Python sources.
-MAX_JOBS=${MAX_JOBS:-2} python -m pip install --quiet --no-build-isolation -e .
+if ! python -c 'import torch, pytest, numpy, safetensors, hypothesis, ninja' 2> /dev/null; then
+  python -m pip install --quiet --upgrade pip setuptools wheel
+  python -m pip install --quiet torch==2.13.0 numpy pytest hypothesis safetensors ninja
+fi
+export MAX_JOBS=${MAX_JOBS:-2}
+if python -c "import importlib.metadata as m; m.version('torch-tpu')" 2> /dev/null && ls torch_tpu/_C*.so > /dev/null 2>&1; then
+  # Installed already: rebuild in place, compiling only what changed.
+  mkdir -p build
+  python setup.py -q build_clib build_ext --inplace > build/setup.log 2>&1 || { tail -50 build/setup.log; exit 1; }
+else
+  # Editable install: registers the torch.backends entry point; the
+  # compiled torch_tpu/_C lands next to the Python sources.
+  python -m pip install --quiet --no-build-isolation -e .
+fi
