@@ -1,5 +1,7 @@
 // Copies in every direction (host -> tpu, tpu -> host, tpu -> tpu on one or
-// two chips), with dtype conversion and any strides, as TPU_OP_COPY records.
+// two chips), with dtype conversion and any strides, as copy records:
+// TPU_OP_COPY_H2D / TPU_OP_COPY_D2H when one side is host memory (so a
+// target sees every transfer), TPU_OP_COPY on the chip.
 //
 // Ordering rules, as on CUDA:
 //   - pageable host memory: the copy has finished when the call returns;
@@ -31,11 +33,14 @@ void keep_alive_until_done(tpu_stream* stream, const at::Tensor& host) {
 }
 
 void submit_copy(c10::DeviceIndex chip, const at::Tensor& dst, const at::Tensor& src) {
+  const tpu_op_code code = src.device().type() != kTpu ? TPU_OP_COPY_H2D
+                           : dst.device().type() != kTpu ? TPU_OP_COPY_D2H
+                                                         : TPU_OP_COPY;
   // A copy must take any rank: it is how every other op (and the CPU
   // fallback) moves tensors on and off the chip.
   for_each_describable_slice({dst, src}, [&](const std::vector<at::Tensor>& t) {
     tpu_op op{};
-    op.code = TPU_OP_COPY;
+    op.code = code;
     op.n_in = 1;
     tpu_tensor described[2];
     describe_elementwise("copy_", {&t[0], &t[1]}, described);

@@ -205,7 +205,8 @@ static tpu_status check_random(const tpu_op *op) {
 static const struct {
     int8_t min_in, max_in;
 } k_arity[] = {
-    [TPU_OP_COPY] = {1, 1}, [TPU_OP_FILL] = {0, 0},    [TPU_OP_ADD] = {1, 2},
+    [TPU_OP_COPY] = {1, 1}, [TPU_OP_COPY_H2D] = {1, 1}, [TPU_OP_COPY_D2H] = {1, 1},
+    [TPU_OP_FILL] = {0, 0}, [TPU_OP_ADD] = {1, 2},
     [TPU_OP_SUB] = {1, 2},  [TPU_OP_MUL] = {1, 2},     [TPU_OP_DIV] = {1, 2},
     [TPU_OP_SUM] = {1, 1},  [TPU_OP_MEAN] = {1, 1},    [TPU_OP_MM] = {2, 2},
     [TPU_OP_ADDMM] = {3, 3}, [TPU_OP_UNIFORM] = {0, 0}, [TPU_OP_NORMAL] = {0, 0},
@@ -237,7 +238,9 @@ tpu_status tpu_op_check(const tpu_op *op) {
     if (st != TPU_OK)
         return st;
     switch (op->code) {
-    case TPU_OP_COPY: return check_same_sizes(op, 0);
+    case TPU_OP_COPY:
+    case TPU_OP_COPY_H2D:
+    case TPU_OP_COPY_D2H: return check_same_sizes(op, 0);
     case TPU_OP_FILL: return TPU_OK;
     case TPU_OP_ADD:
     case TPU_OP_SUB:

@@ -12,7 +12,8 @@
 #include "tpu/op.h"
 
 static const char *const k_op_names[] = {
-    [TPU_OP_COPY] = "copy",       [TPU_OP_FILL] = "fill",     [TPU_OP_ADD] = "add",
+    [TPU_OP_COPY] = "copy",       [TPU_OP_COPY_H2D] = "copy_h2d", [TPU_OP_COPY_D2H] = "copy_d2h",
+    [TPU_OP_FILL] = "fill",       [TPU_OP_ADD] = "add",
     [TPU_OP_SUB] = "sub",         [TPU_OP_MUL] = "mul",       [TPU_OP_DIV] = "div",
     [TPU_OP_SUM] = "sum",         [TPU_OP_MEAN] = "mean",     [TPU_OP_MM] = "mm",
     [TPU_OP_ADDMM] = "addmm",     [TPU_OP_UNIFORM] = "uniform", [TPU_OP_NORMAL] = "normal",
@@ -25,6 +26,8 @@ static const struct {
     tpu_k_kernel ref, fast;
 } k_kernels[] = {
     [TPU_OP_COPY] = {tpu_k_copy_ref, tpu_k_copy_fast},
+    [TPU_OP_COPY_H2D] = {tpu_k_copy_ref, tpu_k_copy_fast},
+    [TPU_OP_COPY_D2H] = {tpu_k_copy_ref, tpu_k_copy_fast},
     [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast},
     [TPU_OP_ADD] = {tpu_k_binary_ref, tpu_k_binary_fast},
     [TPU_OP_SUB] = {tpu_k_binary_ref, tpu_k_binary_fast},
@@ -48,7 +51,8 @@ typedef enum {
 } work_kind;
 
 static const work_kind k_work[] = {
-    [TPU_OP_COPY] = WORK_ELEMENTS, [TPU_OP_FILL] = WORK_ELEMENTS, [TPU_OP_ADD] = WORK_ELEMENTS,
+    [TPU_OP_COPY] = WORK_ELEMENTS, [TPU_OP_COPY_H2D] = WORK_ELEMENTS,
+    [TPU_OP_COPY_D2H] = WORK_ELEMENTS, [TPU_OP_FILL] = WORK_ELEMENTS, [TPU_OP_ADD] = WORK_ELEMENTS,
     [TPU_OP_SUB] = WORK_ELEMENTS,  [TPU_OP_MUL] = WORK_ELEMENTS,  [TPU_OP_DIV] = WORK_ELEMENTS,
     [TPU_OP_SUM] = WORK_REDUCE,    [TPU_OP_MEAN] = WORK_REDUCE,   [TPU_OP_MM] = WORK_GEMM,
     [TPU_OP_ADDMM] = WORK_GEMM,    [TPU_OP_UNIFORM] = WORK_ELEMENTS,

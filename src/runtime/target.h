@@ -44,9 +44,9 @@ typedef struct {
      * the calling thread's behalf. Returns the kernel's status; on error
      * the calling thread's message (tpu_last_error_message) explains it.
      * Called by one thread per stream at a time; different streams call
-     * it concurrently. A TPU_OP_COPY may have one operand in host memory
-     * (host <-> device copies); the host target reads it directly, a real
-     * target must move those bytes with its DMA engine. */
+     * it concurrently. TPU_OP_COPY_H2D / _D2H have one operand in host
+     * memory; the host target reads it directly, a real target moves those
+     * bytes with its DMA engine. */
     tpu_status (*execute)(int chip, const tpu_op *op);
 } tpu_target;
 

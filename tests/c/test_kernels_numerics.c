@@ -20,6 +20,7 @@ static void test_dtype_basics(void) {
     CHECK(tpu_dtype_is_float(TPU_DTYPE_F16) && !tpu_dtype_is_float(TPU_DTYPE_BOOL));
     CHECK(!tpu_dtype_is_float(TPU_DTYPE_COUNT));
     CHECK(strcmp(tpu_op_name(TPU_OP_ADDMM), "addmm") == 0);
+    CHECK(strcmp(tpu_op_name(TPU_OP_COPY_H2D), "copy_h2d") == 0);
     CHECK(strcmp(tpu_op_name(TPU_OP_COUNT), "invalid") == 0);
     CHECK(strcmp(tpu_op_name((tpu_op_code)-3), "invalid") == 0);
 }

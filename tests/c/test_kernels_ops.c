@@ -173,6 +173,10 @@ static const krow k_rows[] = {
     {"copy f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F32, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, 0, 0},
     {"copy f64 <- f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F64, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 0, 0, 0},
     {"copy f32 transpose", TPU_OP_COPY, 3, {7, 9, 11}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    /* host <-> device transfers run the same kernels as on-chip copies */
+    {"copy_h2d bf16 <- f32 transpose", TPU_OP_COPY_H2D, 2, {33, 17}, BF16, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0,
+     S_SPECIALS, 0},
+    {"copy_d2h i64 <- i32 padded", TPU_OP_COPY_D2H, 2, {9, 21}, I64, {I32}, 1, L_PAD, L_CONTIG, 0, 0, 0, 0, 0, 0},
     {"copy f16 neg", TPU_OP_COPY, 2, {7, 9}, F16, {F16}, 1, L_NEG, L_PAD, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy f32 <- f16", TPU_OP_COPY, 2, {7, 9}, F32, {F16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy bf16 <- f32", TPU_OP_COPY, 2, {7, 9}, BF16, {F32}, 1, L_PAD, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
@@ -531,7 +535,9 @@ static void run_row(const krow *r) {
     expect *want = calloc((size_t)(n ? n : 1), sizeof *want);
     for (int64_t e = 0; e < n; e++) {
         switch (r->op) {
-        case TPU_OP_COPY: expect_copy(r, &op, e, &want[e]); break;
+        case TPU_OP_COPY:
+        case TPU_OP_COPY_H2D:
+        case TPU_OP_COPY_D2H: expect_copy(r, &op, e, &want[e]); break;
         case TPU_OP_FILL: expect_fill(r, &want[e]); break;
         case TPU_OP_SUM:
         case TPU_OP_MEAN: expect_reduce(r, &op, e, &want[e]); break;

@@ -7,9 +7,10 @@
  * hides work in a closure another layer cannot read.
  *
  * Conventions for every op:
- *   - Tensors are strided views of memory the runtime can read: device
- *     memory, or host memory for the copy op. Strides are in elements and
- *     may be zero (broadcast) or negative.
+ *   - Tensors are strided views of device memory, except the host side of
+ *     COPY_H2D / COPY_D2H, which is host memory (a real target moves those
+ *     bytes with its DMA engine; the host target reads them directly).
+ *     Strides are in elements and may be zero (broadcast) or negative.
  *   - Inputs are already broadcast to the output's sizes by the caller
  *     (stride 0 in broadcast dims), except where an op says otherwise.
  *   - The output does not overlap itself (no zero strides over size > 1)
@@ -55,6 +56,8 @@ typedef struct {
  * costs) carries a static_assert on TPU_OP_COUNT. */
 typedef enum {
     TPU_OP_COPY = 0, /* out = (out.dtype) in[0]; same sizes; any dtype pair */
+    TPU_OP_COPY_H2D, /* COPY whose in[0] is host memory: a transfer to the chip */
+    TPU_OP_COPY_D2H, /* COPY whose out is host memory: a transfer from the chip */
     TPU_OP_FILL,     /* out = p.fill.value */
     TPU_OP_ADD,      /* out = in[0] + alpha * b */
     TPU_OP_SUB,      /* out = in[0] - alpha * b */
