@@ -9,9 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-if ! python -c 'import torch, pytest, numpy, safetensors, hypothesis, ninja, expecttest' 2> /dev/null; then
+if ! python -c 'import torch, pytest, numpy, safetensors, hypothesis, ninja, expecttest, transformers' 2> /dev/null; then
   python -m pip install --quiet --upgrade pip setuptools wheel
-  python -m pip install --quiet torch==2.13.0 numpy pytest hypothesis safetensors ninja expecttest
+  python -m pip install --quiet torch==2.13.0 numpy pytest hypothesis safetensors ninja expecttest transformers
 fi
 export MAX_JOBS=${MAX_JOBS:-2}
 if python -c "import importlib.metadata as m; m.version('torch-tpu')" 2> /dev/null && ls torch_tpu/_C*.so > /dev/null 2>&1; then

@@ -113,3 +113,22 @@ def test_convolutions_forward_backward(make):
         assert g.device.type == "tpu"
         torch.testing.assert_close(g.cpu(), r, rtol=1e-4, atol=1e-4)
     assert torch.tpu.fallback_stats()["aten::convolution"] == 1
+
+
+def test_batch_norm_updates_running_statistics():
+    # native_batch_norm writes its running statistics without saying so in
+    # its schema; the tpu must still update them like the CPU backend.
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 5, 5)
+    ref = torch.nn.BatchNorm2d(4)
+    bn = torch.nn.BatchNorm2d(4).to("tpu")
+    for _ in range(2):
+        torch.testing.assert_close(bn(x.to("tpu")).cpu(), ref(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(bn.running_mean.cpu(), ref.running_mean)
+    torch.testing.assert_close(bn.running_var.cpu(), ref.running_var)
+    assert bn.num_batches_tracked.item() == 2
+    bn.eval(), ref.eval()
+    torch.testing.assert_close(bn(x.to("tpu")).cpu(), ref(x), rtol=1e-4, atol=1e-5)
+    free = torch.nn.BatchNorm1d(4, track_running_stats=False)
+    torch.testing.assert_close(free.to("tpu")(x[:, :, 0, 0].to("tpu")).cpu(), free.cpu()(x[:, :, 0, 0]),
+                               rtol=1e-4, atol=1e-5)

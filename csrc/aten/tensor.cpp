@@ -157,6 +157,21 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
 
 at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
 
+// Whether `from`'s TensorImpl may replace `self`'s in place (Tensor.data =,
+// Module.to). PyTorch's built-in answer lists only its in-tree dense
+// backends, so without this a CPU parameter could not take a tpu tensor:
+// Module.to("tpu") would create new Parameter objects and silently untie
+// shared weights (an LM head tied to its embedding, say).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto plain_dense = [](const at::Tensor& t) {
+    const auto type = t.device().type();
+    return t.layout() == c10::Layout::Strided && !t.is_quantized() && !t.is_nested() &&
+           (type == c10::DeviceType::CPU || type == kTpu);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (plain_dense(self) && plain_dense(from));
+}
+
 void record_stream(at::Tensor& self, c10::Stream stream) {
   TORCH_CHECK(stream.device_type() == kTpu, "record_stream: expected a tpu stream, got ", stream);
   if (self.storage().data() == nullptr) return;
@@ -182,6 +197,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Tensor", fill_tensor);
   m.impl("zero_", zero_);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 }  // namespace torch_tpu
