@@ -149,3 +149,36 @@ def test_recurrent_layers_match_cpu(kind):
     torch.testing.assert_close(x_tpu.grad.cpu(), x_cpu.grad, rtol=1e-4, atol=1e-5)
     for (name, p_tpu), p_cpu in zip(tpu_model.named_parameters(), cpu_model.parameters()):
         torch.testing.assert_close(p_tpu.grad.cpu(), p_cpu.grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("family", ["llama", "t5", "vit"])
+def test_more_hugging_face_families_match_cpu(family):
+    """Llama (grouped-query attention, rotary embeddings, RMSNorm), T5
+    (encoder-decoder, relative position bias) and ViT (patch convolution):
+    loss and every parameter gradient against CPU."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 97, (2, 12))
+    if family == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64))
+        inputs = dict(input_ids=ids, labels=ids)
+    elif family == "t5":
+        model = transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
+            decoder_start_token_id=0))
+        inputs = dict(input_ids=ids, labels=ids)
+    else:
+        model = transformers.ViTForImageClassification(transformers.ViTConfig(
+            image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=64, num_labels=5, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        inputs = dict(pixel_values=torch.randn(2, 3, 16, 16), labels=torch.tensor([1, 3]))
+    model.eval()
+    twin = copy.deepcopy(model).to("tpu")
+    ref = model(**inputs).loss
+    ref.backward()
+    got = twin(**{k: v.to("tpu") for k, v in inputs.items()}).loss
+    got.backward()
+    torch.testing.assert_close(got.cpu(), ref, rtol=1e-5, atol=1e-6)
+    for (name, p_cpu), p_tpu in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p_tpu.grad.cpu(), p_cpu.grad, rtol=1e-3, atol=1e-5, msg=name)
