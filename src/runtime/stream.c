@@ -336,6 +336,18 @@ int tpu_stream_index(const tpu_stream *s) {
 
 /* ----------------------------------------------------------- submission */
 
+/* Queues a heap copy of the entry `proto` (built on the caller's stack, as
+ * the debug path uses it directly). `what` names the request for the
+ * out-of-memory message. */
+static tpu_status queue_copy(tpu_stream *s, const entry *proto, uint64_t *seq, const char *what) {
+    entry *e = malloc(sizeof *e);
+    if (!e)
+        return tpu_set_error(TPU_ERR_HOST_MEMORY, "no host memory to queue %s", what);
+    *e = *proto;
+    enqueue(s, e, seq);
+    return TPU_OK;
+}
+
 tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
     tpu_status st = tpu_rt_enter();
     if (st != TPU_OK)
@@ -346,18 +358,10 @@ tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
     st = tpu_op_check(op);
     if (st != TPU_OK)
         return st;
-    if (tpu_mode_get() == TPU_MODE_DEBUG) {
-        entry e = {.kind = ENTRY_OP, .u.op = *op};
+    entry e = {.kind = ENTRY_OP, .u.op = *op};
+    if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    }
-    entry *e = malloc(sizeof *e);
-    if (!e)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY, "tpu_stream_submit: no host memory to queue %s",
-                             op->name ? op->name : tpu_op_name(op->code));
-    e->kind = ENTRY_OP;
-    e->u.op = *op;
-    enqueue(s, e, NULL);
-    return TPU_OK;
+    return queue_copy(s, &e, NULL, op->name ? op->name : tpu_op_name(op->code));
 }
 
 tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void *ctx) {
@@ -367,44 +371,21 @@ tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void 
     if (!s || !fn)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_stream_submit_host_fn: %s is NULL",
                              s ? "fn" : "stream");
-    if (tpu_mode_get() == TPU_MODE_DEBUG) {
-        entry e = {.kind = ENTRY_HOST_FN, .u.host = {fn, ctx}};
+    entry e = {.kind = ENTRY_HOST_FN, .u.host = {fn, ctx}};
+    if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    }
-    entry *e = malloc(sizeof *e);
-    if (!e)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY,
-                             "tpu_stream_submit_host_fn: no host memory to queue a host function");
-    e->kind = ENTRY_HOST_FN;
-    e->u.host.fn = fn;
-    e->u.host.ctx = ctx;
-    enqueue(s, e, NULL);
-    return TPU_OK;
+    return queue_copy(s, &e, NULL, "a host function");
 }
 
 tpu_status tpu_stream_enqueue_event_record(tpu_stream *s, tpu_event *event, uint64_t gen,
                                            uint64_t *seq) {
-    entry *e = malloc(sizeof *e);
-    if (!e)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY,
-                             "tpu_event_record: no host memory to queue the record");
-    e->kind = ENTRY_EVENT_RECORD;
-    e->u.record.event = event;
-    e->u.record.gen = gen;
-    enqueue(s, e, seq);
-    return TPU_OK;
+    entry e = {.kind = ENTRY_EVENT_RECORD, .u.record = {event, gen}};
+    return queue_copy(s, &e, seq, "an event record");
 }
 
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *s, tpu_stream *other, uint64_t seq) {
-    entry *e = malloc(sizeof *e);
-    if (!e)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY,
-                             "tpu_stream_wait_event: no host memory to queue the wait");
-    e->kind = ENTRY_EVENT_WAIT;
-    e->u.wait.stream = other;
-    e->u.wait.seq = seq;
-    enqueue(s, e, NULL);
-    return TPU_OK;
+    entry e = {.kind = ENTRY_EVENT_WAIT, .u.wait = {other, seq}};
+    return queue_copy(s, &e, NULL, "an event wait");
 }
 
 /* ------------------------------------------------------ synchronisation */
