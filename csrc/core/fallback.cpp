@@ -53,6 +53,10 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// A CPU seed for one fallback call, from the tpu generator's seed and its
+// next offset: each call draws a fresh, reproducible stream.
+uint64_t derived_cpu_seed(TpuGeneratorImpl* gen) { return mix64(gen->current_seed() ^ mix64(gen->take_offset())); }
+
 // Replaces a missing or tpu generator argument by a fresh CPU generator
 // seeded from the tpu generator's (seed, next offset). A CPU generator
 // given explicitly is kept.
@@ -68,8 +72,7 @@ void derive_cpu_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
       given = iv.toGenerator();
     }
     TpuGeneratorImpl* gen = get_generator(given, chip_of_args(*stack, first, args.size()));
-    const uint64_t seed = mix64(gen->current_seed() ^ mix64(gen->take_offset()));
-    iv = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(seed));
+    iv = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(derived_cpu_seed(gen)));
   }
 }
 
@@ -106,8 +109,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   {
     std::lock_guard<std::mutex> lock(cpu_default.mutex());
     saved = cpu_default.get_state().getIntrusivePtr();
-    TpuGeneratorImpl* gen = get_generator(std::nullopt, chip);
-    cpu_default.set_current_seed(mix64(gen->current_seed() ^ mix64(gen->take_offset())));
+    cpu_default.set_current_seed(derived_cpu_seed(get_generator(std::nullopt, chip)));
   }
   auto restore = [&] {
     std::lock_guard<std::mutex> lock(cpu_default.mutex());

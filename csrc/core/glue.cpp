@@ -105,10 +105,12 @@ bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out) {
   }
 }
 
+namespace {
 bool describable(const at::Tensor& t) {
   tpu_dtype d;
   return t.dim() <= TPU_MAX_DIMS && to_tpu_dtype(t.scalar_type(), &d);
 }
+}  // namespace
 
 tpu_tensor describe(const at::Tensor& t) {
   tpu_tensor d{};

@@ -52,12 +52,9 @@ tpu_stream* current_c_stream(c10::DeviceIndex index);
 // tpu_dtype for an ATen dtype; false if the virtual TPU has no such dtype.
 bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out);
 
-// True if every tensor's rank fits a C tensor record and its dtype is one
-// the virtual TPU has; ops route other inputs to the CPU fallback.
-bool describable(const at::Tensor& t);
-
-// Describes a tensor (device or host memory) as a C record. The tensor must
-// be describable().
+// Describes a tensor (device or host memory) as a C record, dims as they
+// are. Its rank must be at most TPU_MAX_DIMS and its dtype one the virtual
+// TPU has (an internal assertion; ops check first).
 tpu_tensor describe(const at::Tensor& t);
 
 // A host scalar converted to `type` as PyTorch converts it, then given in
@@ -83,8 +80,8 @@ void for_each_describable_slice(const std::vector<at::Tensor>& tensors,
 // ("aten::add.out") used in kernel error messages.
 void submit(c10::DeviceIndex chip, tpu_op& op, const char* name);
 
-// Copies between any two describable tensors of equal sizes, either of
-// which may live on the host, converting dtypes; see copy.cpp.
+// Copies between two tensors of broadcastable sizes and any rank, either
+// of which may live on the host, converting dtypes; see copy.cpp.
 void copy_tensor(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
 
 // The device allocator (csrc/core/allocator.cpp) and the pinned host one.
