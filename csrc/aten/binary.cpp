@@ -78,6 +78,16 @@ void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, cons
   // A scalar first operand is moved to the chip (a one-element copy); a
   // scalar second operand rides in the op record.
   if (is_cpu_scalar(a)) a = a.to(out.device());
+  // A device operand of a wider dtype than the result (a 0-dim tensor,
+  // which does not take part in promotion) is converted to the result
+  // dtype first, as TensorIterator casts operands to the common dtype:
+  // int8 / int64(300) divides by int8(300) = 44, not by 300. The CPU
+  // kernels read a 0-dim second operand of a float op in the op's compute
+  // type instead (f32 for f16/bf16), which the kernel's own load does.
+  const at::ScalarType type = out.scalar_type();
+  if (at::promoteTypes(a.scalar_type(), type) != type) a = a.to(type);
+  if (!is_cpu_scalar(b) && !at::isFloatingType(type) && at::promoteTypes(b.scalar_type(), type) != type)
+    b = b.to(type);
   tpu_op op{};
   op.code = k.code;
   op.p.arith.alpha = to_tpu_scalar(alpha, out.scalar_type(), /*checked=*/false);

@@ -6,7 +6,7 @@
 // Ordering rules, as on CUDA:
 //   - pageable host memory: the copy has finished when the call returns;
 //   - pinned host memory with non_blocking=True: the call returns at once;
-//     the host buffer is kept alive until the copy has run;
+//     the pinned block is kept alive until the copy has run;
 //   - chip i -> chip j: chip j's stream waits for chip i's stream, and the
 //     source block is recorded on chip j's stream so it is not reused early.
 #include <ATen/MemoryOverlap.h>
@@ -15,19 +15,26 @@
 
 #include "core/glue.h"
 
+extern "C" {
+#include "tpu/host_mem.h"
+}
+
 namespace torch_tpu {
 namespace {
 
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
-// Holds a host storage until a queued copy has read or written it.
-void release_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
-
+// Keeps a pinned host buffer alive until a queued copy has read or written
+// it: a reference on the runtime's pinned block, dropped by the stream's
+// worker after the copy. The worker never releases a PyTorch storage,
+// which could mean a Python decref and so the GIL (a deadlock against a
+// host thread that waits for the stream while holding it).
 void keep_alive_until_done(tpu_stream* stream, const at::Tensor& host) {
-  auto* hold = new c10::Storage(host.storage());
-  const tpu_status status = tpu_stream_submit_host_fn(stream, &release_storage, hold);
+  void* block = host.storage().mutable_data();
+  TPU_CHECK_STATUS(tpu_host_retain(block));
+  const tpu_status status = tpu_stream_submit_host_fn(stream, &tpu_host_release, block);
   if (status != TPU_OK) {
-    delete hold;
+    tpu_host_release(block);
     TPU_CHECK_STATUS(status);
   }
 }

@@ -46,10 +46,10 @@ void run(const char* name, const at::Tensor& out, const at::Tensor& a, const at:
   tpu_op op{};
   op.code = bias.defined() ? TPU_OP_ADDMM : TPU_OP_MM;
   op.n_in = bias.defined() ? 3 : 2;
-  op.out = describe(out);
-  op.in[0] = describe(a);
-  op.in[1] = describe(b);
-  if (bias.defined()) op.in[2] = describe(bias.expand(out.sizes()));
+  op.out = describe(out, name);
+  op.in[0] = describe(a, name);
+  op.in[1] = describe(b, name);
+  if (bias.defined()) op.in[2] = describe(bias.expand(out.sizes()), name);
   op.p.mm.alpha = alpha.toDouble();
   op.p.mm.beta = beta.toDouble();
   op.p.mm.precision = current_precision();

@@ -63,8 +63,8 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
   tpu_op op{};
   op.code = k.code;
   op.n_in = 1;
-  op.out = describe(out_kd);
-  op.in[0] = describe(self);
+  op.out = describe(out_kd, k.name);
+  op.in[0] = describe(self, k.name);
   op.p.reduce.mask = mask;
   submit(self.device().index(), op, k.name);
 }

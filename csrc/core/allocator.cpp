@@ -58,8 +58,10 @@ struct TpuDeviceAllocator final : c10::DeviceAllocator {
     op.out.sizes[0] = static_cast<int64_t>(count);
     op.out.strides[0] = 1;
     op.out.dtype = TPU_DTYPE_U8;
+    op.out.storage = dest;
+    op.out.storage_nbytes = static_cast<int64_t>(count);
     op.in[0] = op.out;
-    op.in[0].data = const_cast<void*>(src);
+    op.in[0].data = op.in[0].storage = const_cast<void*>(src);
     submit(static_cast<c10::DeviceIndex>(chip), op, "storage copy");
   }
 

@@ -3,6 +3,7 @@
 #include "core/fallback.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/CPUFallback.h>
 #include <torch/library.h>
 
@@ -76,9 +77,58 @@ void derive_cpu_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
 }
 
+// The device rules of PyTorch's CUDA kernels, which the CPU fallback would
+// otherwise not see (every operand is copied to the CPU): all tensor
+// operands on one device, except 0-dim CPU tensors (scalars, as
+// TensorIterator takes them) and CPU index tensors of the index ops
+// (x[cpu_mask] works on CUDA). Raises PyTorch's own "Expected all tensors
+// to be on the same device" error, naming the argument. Returns the one
+// device of the non-scalar operands, if any.
+std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack.size() - args.size();
+  const std::string method = op.schema().name();
+  std::optional<c10::Device> common;
+  auto check = [&](const at::Tensor& t, const c10::Argument& arg, bool cpu_ok) {
+    if (!t.defined() || (t.is_cpu() && (cpu_ok || t.dim() == 0))) return;
+    c10::impl::check_and_update_common_device(common, t, method.c_str(), arg.name().c_str());
+  };
+  for (size_t i = 0; i < args.size(); i++) {
+    const c10::IValue& iv = stack[first + i];
+    const bool cpu_indices = args[i].name() == "indices" && method.rfind("aten::", 0) == 0 &&
+                             method.find("index") != std::string::npos;
+    if (iv.isTensor()) {
+      check(iv.toTensor(), args[i], false);
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) check(t, args[i], cpu_indices);
+    } else if (iv.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : iv.toOptionalTensorList())
+        if (t.has_value()) check(*t, args[i], cpu_indices);
+    }
+  }
+  return common;
+}
+
+// PyTorch's cpu_fallback returns new tensors on the device of the first
+// tensor argument: a 0-dim CPU scalar in front (1.5 // x) would put the
+// result on the CPU. Scalars are moved to the operands' tpu device first;
+// a 0-dim tensor promotes alike on either device.
+void move_scalars_to(c10::Device device, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); i++) {
+    c10::IValue& iv = (*stack)[first + i];
+    const bool written = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+    if (!written && iv.isTensor() && iv.toTensor().defined() && iv.toTensor().is_cpu() && iv.toTensor().dim() == 0)
+      iv = c10::IValue(iv.toTensor().to(device));
+  }
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const std::optional<c10::Device> device = check_same_device(op, *stack);
+  if (device.has_value() && device->type() == c10::DeviceType::PrivateUse1) move_scalars_to(*device, op, stack);
   const std::string name = c10::toString(op.schema().operator_name());
   bool warn = false;
   {

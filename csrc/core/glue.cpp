@@ -106,22 +106,25 @@ bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out) {
 }
 
 namespace {
-bool describable(const at::Tensor& t) {
-  tpu_dtype d;
-  return t.dim() <= TPU_MAX_DIMS && to_tpu_dtype(t.scalar_type(), &d);
+// The allocation a tensor's view lies in, for tpu_op_check's bounds check.
+void set_storage_bounds(const at::Tensor& t, tpu_tensor& d) {
+  if (d.data == nullptr || !t.has_storage()) return;
+  d.storage = const_cast<void*>(t.storage().data());
+  d.storage_nbytes = static_cast<int64_t>(t.storage().nbytes());
 }
 }  // namespace
 
-tpu_tensor describe(const at::Tensor& t) {
+tpu_tensor describe(const at::Tensor& t, const char* op) {
   tpu_tensor d{};
-  TORCH_INTERNAL_ASSERT(describable(t));
-  to_tpu_dtype(t.scalar_type(), &d.dtype);
-  d.data = t.numel() == 0 ? nullptr : t.data_ptr();
+  TORCH_CHECK_TYPE(to_tpu_dtype(t.scalar_type(), &d.dtype), op, ": tpu does not support dtype ", t.scalar_type());
+  TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, op, ": tpu kernels take at most ", TPU_MAX_DIMS, " dims; got ", t.dim());
+  d.data = t.numel() == 0 ? nullptr : const_cast<void*>(t.const_data_ptr());
   d.ndim = static_cast<int32_t>(t.dim());
   for (int64_t i = 0; i < t.dim(); i++) {
     d.sizes[i] = t.size(i);
     d.strides[i] = t.stride(i);
   }
+  set_storage_bounds(t, d);
   return d;
 }
 
@@ -207,6 +210,7 @@ void describe_elementwise(const char* op, std::initializer_list<const at::Tensor
       d.sizes[i] = m.sizes[i];
       d.strides[i] = m.strides[k][i];
     }
+    set_storage_bounds(*t, d);
     k++;
   }
 }

@@ -53,16 +53,18 @@ tpu_stream* current_c_stream(c10::DeviceIndex index);
 bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out);
 
 // Describes a tensor (device or host memory) as a C record, dims as they
-// are. Its rank must be at most TPU_MAX_DIMS and its dtype one the virtual
-// TPU has (an internal assertion; ops check first).
-tpu_tensor describe(const at::Tensor& t);
+// are, with its storage's bounds (which tpu_op_check enforces). Raises,
+// naming `op`, a TypeError for a dtype the virtual TPU does not have and a
+// RuntimeError for more than TPU_MAX_DIMS dims.
+tpu_tensor describe(const at::Tensor& t, const char* op);
 
 // A host scalar converted to `type` as PyTorch converts it, then given in
 // both forms (see tpu_scalar in op.h). `checked`: raise if the value
 // overflows the type (fill_); otherwise wrap as a cast does (operands).
 tpu_scalar to_tpu_scalar(const c10::Scalar& s, at::ScalarType type, bool checked);
 
-// Describes tensors of equal sizes for an element-wise op, first merging
+// Describes tensors of equal sizes (with their storage bounds, as
+// describe) for an element-wise op, first merging
 // adjacent dims that every tensor stores contiguously relative to each
 // other: fewer dims make the kernels' loops shorter and let contiguous data
 // take the fast paths. Raises if more than TPU_MAX_DIMS dims remain or a

@@ -11,8 +11,31 @@
 namespace torch_tpu {
 namespace {
 
+// Every blocking wait of the runtime releases the GIL if the waiting
+// thread holds it (see tpu_runtime_set_wait_hooks): a wait then never
+// deadlocks against a thread that needs the GIL, and other Python threads
+// run meanwhile, as with CUDA's blocking calls. Not while the interpreter
+// shuts down, when a thread that gives the GIL up may not get it back.
+void* release_gil_for_wait() {
+  if (!Py_IsInitialized() || _Py_IsFinalizing() || !PyGILState_Check()) return nullptr;
+  return PyEval_SaveThread();
+}
+
+void reacquire_gil_after_wait(void* state) {
+  if (state) PyEval_RestoreThread(static_cast<PyThreadState*>(state));
+}
+
+// A chip index from Python, checked before it is narrowed to PyTorch's
+// 8-bit DeviceIndex (so 257 is an error, not chip 1).
+c10::DeviceIndex chip_arg(int64_t index, const char* what) {
+  ensure_runtime();
+  const int count = tpu_chip_count();
+  TORCH_CHECK(index >= 0 && index < count, what, ": invalid device index tpu:", index, " (this process has ",
+              count, " tpu chip", count == 1 ? "" : "s", "; set TORCH_TPU_CHIPS for more)");
+  return static_cast<c10::DeviceIndex>(index);
+}
+
 py::dict device_properties(c10::DeviceIndex index) {
-  check_chip_index(index, "get_device_properties");
   tpu_chip_props p{};
   TPU_CHECK_STATUS(tpu_chip_get_props(index, &p));
   static const char* generations[] = {"v5e", "v5p", "v6e", "v7x"};
@@ -45,16 +68,18 @@ void set_mode(const std::string& name) {
 PYBIND11_MODULE(_C, m) {
   using namespace torch_tpu;
   m.doc() = "torch-tpu runtime bindings";
+  tpu_runtime_set_wait_hooks(&release_gil_for_wait, &reacquire_gil_after_wait);
   m.def("_init", &ensure_runtime);
   m.def("_device_count", []() { return static_cast<int>(chip_count()); });
   m.def("_is_in_bad_fork", []() { return tpu_runtime_is_forked(); });
   m.def("_current_device", []() { return static_cast<int>(current_chip()); });
-  m.def("_set_device", [](int index) { set_current_chip(static_cast<c10::DeviceIndex>(index)); });
-  m.def("_get_device_properties", [](int index) { return device_properties(static_cast<c10::DeviceIndex>(index)); });
-  m.def("_synchronize", [](int index) {
-    check_chip_index(static_cast<c10::DeviceIndex>(index), "synchronize");
+  m.def("_set_device", [](int64_t index) { set_current_chip(chip_arg(index, "set_device")); });
+  m.def("_get_device_properties",
+        [](int64_t index) { return device_properties(chip_arg(index, "get_device_properties")); });
+  m.def("_synchronize", [](int64_t index) {
+    const c10::DeviceIndex chip = chip_arg(index, "synchronize");
     py::gil_scoped_release no_gil;
-    TPU_CHECK_STATUS(tpu_chip_synchronize(index));
+    TPU_CHECK_STATUS(tpu_chip_synchronize(chip));
   });
   m.def("_set_mode", &set_mode);
   m.def("_get_mode", []() { return std::string(tpu_mode_name(tpu_mode_get())); });
@@ -67,8 +92,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_fallback_stats", &reset_fallback_stats);
   m.def("_set_fallback_error", &set_fallback_error);
   m.def("_get_fallback_error", &fallback_error);
-  m.def("_default_generator", [](int index) {
-    const at::Generator& gen = default_generator(static_cast<c10::DeviceIndex>(index));
+  m.def("_default_generator", [](int64_t index) {
+    const at::Generator& gen = default_generator(chip_arg(index, "default_generators"));
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
   });
 }

@@ -2,6 +2,7 @@
  * kernels can rely on it (they only assert). Every failure names the op
  * and the offending values. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kernels_internal.h"
@@ -16,6 +17,35 @@ static const char *fmt_sizes(char *buf, size_t cap, const tpu_tensor *t) {
     if (n < cap)
         snprintf(buf + n, cap - n, "]");
     return buf;
+}
+
+/* Every byte the view addresses, [data + first, data + end), must lie in
+ * its storage. first <= 0 < end, both already known to fit in int64. */
+static tpu_status check_in_storage(const char *name, const char *what, const tpu_tensor *t,
+                                   int64_t first, int64_t end) {
+    if (t->storage == NULL || t->storage_nbytes < 0)
+        return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
+                             "%s: %s has elements but no storage bounds (storage %p, %lld bytes)",
+                             name, what, t->storage, (long long)t->storage_nbytes);
+    /* The view's offset in its storage, in bytes; compared as integers, as
+     * the pointers need not point into one object. */
+    uintptr_t base = (uintptr_t)t->storage, at = (uintptr_t)t->data;
+    char sz[160];
+    if (at < base || at - base > (uintptr_t)(INT64_MAX / 2))
+        return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
+                             "%s: %s (sizes %s) starts outside its storage of %lld bytes "
+                             "(was the storage resized under it?)",
+                             name, what, fmt_sizes(sz, sizeof sz, t), (long long)t->storage_nbytes);
+    /* off <= INT64_MAX / 2 and first >= -INT64_MAX: no overflow below. */
+    int64_t off = (int64_t)(at - base);
+    if (off + first < 0 || off > t->storage_nbytes - end)
+        return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
+                             "%s: %s (sizes %s) needs bytes %lld to %lld of its storage, which has "
+                             "%lld bytes (was the storage resized under it?)",
+                             name, what, fmt_sizes(sz, sizeof sz, t), (long long)(off + first),
+                             (long long)(end > INT64_MAX - off ? INT64_MAX : off + end),
+                             (long long)t->storage_nbytes);
+    return TPU_OK;
 }
 
 /* Checks one tensor descriptor on its own: rank, dtype, sizes, that its
@@ -60,7 +90,7 @@ static tpu_status check_tensor(const tpu_op *op, const char *what, const tpu_ten
     if (t->data == NULL)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has %lld elements but data is NULL",
                              name, what, (long long)numel);
-    return TPU_OK;
+    return check_in_storage(name, what, t, lo * es, (hi + 1) * es);
 }
 
 /* The output may not overlap itself through a zero stride. */

@@ -277,17 +277,24 @@ static tpu_status try_alloc(allocator *a, int s, size_t n, block **out, bool *ho
     return TPU_OK;
 }
 
+/* The message gives exact byte counts beside the rounded ones, and the
+ * rounded block size, so that it never reads "tried to allocate 16.00 MiB;
+ * 16.00 MiB free" when a few bytes (or the rounding) decide. */
 static tpu_status out_of_memory(allocator *a, size_t nbytes, bool host_failed) {
     char want[32], avail[32], cap[32], cached[32];
+    uint64_t free_bytes = a->capacity - a->stats.reserved_bytes;
     format_bytes(want, sizeof want, nbytes);
-    format_bytes(avail, sizeof avail, a->capacity - a->stats.reserved_bytes);
+    format_bytes(avail, sizeof avail, free_bytes);
     format_bytes(cap, sizeof cap, a->capacity);
     format_bytes(cached, sizeof cached, a->cached_bytes);
     a->stats.num_ooms++;
+    char block[48] = "";
+    if (nbytes <= a->capacity && round_size(nbytes) != nbytes)
+        snprintf(block, sizeof block, ", a block of %zu bytes", round_size(nbytes));
     return tpu_set_error(TPU_ERR_OUT_OF_MEMORY,
-                         "tpu:%d out of memory: tried to allocate %s (%zu bytes); %s free of %s "
-                         "capacity (%s cached)%s",
-                         a->chip, want, nbytes, avail, cap, cached,
+                         "tpu:%d out of memory: tried to allocate %s (%zu bytes%s); %s (%" PRIu64
+                         " bytes) free of %s capacity (%s cached)%s",
+                         a->chip, want, nbytes, block, avail, free_bytes, cap, cached,
                          host_failed ? "; the host itself has no memory left" : "");
 }
 
@@ -324,12 +331,14 @@ tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out
     bool host_failed = false;
     st = try_alloc(a, s, n, &b, &host_failed);
     if (st == TPU_OK && !b) {
-        /* Flush: let every stream of the chip finish (their cached blocks
-         * may still be in use by queued work), return the cache to the
-         * target and try once more. Unlocked while waiting, so that work
+        /* Flush: let every stream finish (this chip's cached blocks may
+         * still be in use by queued work, on this chip's streams or, after
+         * a chip-to-chip copy, on another chip's), return the cache to
+         * the target and try once more. Unlocked while waiting, so that work
          * on the streams may free memory. */
         pthread_mutex_unlock(&a->lock);
-        tpu_chip_drain(chip);
+        for (int c = 0; c < tpu_rt_chip_count(); c++)
+            tpu_chip_drain(c);
         pthread_mutex_lock(&a->lock);
         a->stats.num_alloc_retries++;
         promote_pending(a);
@@ -478,6 +487,45 @@ tpu_status tpu_mem_chip_of(const void *ptr, int *chip) {
     }
     return tpu_set_error(TPU_ERR_INVALID_ARG,
                          "tpu_mem_chip_of: %p is not inside a live tpu allocation", ptr);
+}
+
+/* The live block of `a` starting exactly at p (hash lookup only). */
+static block *live_get(const allocator *a, const void *p) {
+    if (!a->n_buckets)
+        return NULL;
+    for (block *b = a->buckets[bucket_of(a, p)]; b; b = b->next)
+        if (b->ptr == p)
+            return b;
+    return NULL;
+}
+
+/* Whether [p, p + nbytes) lies in the bytes a live block of `a` was asked
+ * for; exact block starts (every PyTorch storage) by hash, others by scan. */
+static bool range_live(allocator *a, const void *p, uint64_t nbytes, bool scan) {
+    pthread_mutex_lock(&a->lock);
+    const block *b = scan ? live_find(a, p) : live_get(a, p);
+    bool ok = b && nbytes <= b->requested &&
+              (uintptr_t)p - (uintptr_t)b->ptr <= b->requested - nbytes;
+    pthread_mutex_unlock(&a->lock);
+    return ok;
+}
+
+tpu_status tpu_mem_check_range(int chip, bool any_chip, const void *p, uint64_t nbytes) {
+    /* The common case first: a storage of this chip, by its start. Then
+     * other chips' (a chip-to-chip copy reads one), then interior
+     * addresses, which only hand-made records use. */
+    if (range_live(&g_alloc[chip], p, nbytes, false))
+        return TPU_OK;
+    int chips = tpu_rt_chip_count();
+    for (int scan = 0; scan < 2; scan++)
+        for (int c = 0; c < chips; c++)
+            if ((c == chip || any_chip) && (scan || c != chip) &&
+                range_live(&g_alloc[c], p, nbytes, scan))
+                return TPU_OK;
+    return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
+                         "%" PRIu64 " bytes at %p are not live memory of tpu:%d%s (freed, "
+                         "resized, or never allocated there)",
+                         nbytes, p, chip, any_chip ? " or another chip" : "");
 }
 
 tpu_status tpu_mem_empty_cache(int chip) {

@@ -6,7 +6,8 @@
  *   chip.c         the table of modeled generations, chip properties
  *   target_host.c  the virtual TPU behind target.h
  *   mem.c          the per-chip caching allocator
- *   stream.c       streams: FIFO, worker thread, kept errors
+ *   stream.c       streams: ring of records, worker thread, kept errors
+ *   wait.c         the hooks around blocking waits of host threads
  *   event.c        events
  *   mode.c         the execution mode
  *   pool.c         the intra-op thread pool
@@ -25,6 +26,8 @@
 #define TPU_CHIPS_MAX 64     /* largest valid TORCH_TPU_CHIPS */
 #define TPU_THREADS_MAX 1024 /* largest valid TORCH_TPU_NUM_THREADS */
 #define TPU_MSG_MAX 1024     /* bytes of an error message, NUL included */
+/* Records a stream holds before submitters wait: about 1 MiB of queue. */
+#define TPU_STREAM_RING_SLOTS 1024
 
 /* The configuration read from the environment by tpu_runtime_init. */
 typedef struct {
@@ -74,6 +77,12 @@ const tpu_chip_props *tpu_chip_props_of(int chip);
 /* Sets every chip's capacity from the chip table; called once by init. */
 void tpu_mem_setup(int chips);
 
+/* Whether [p, p + nbytes) lies inside the bytes asked for by one live
+ * block of `chip` (or, with any_chip, of any chip). TPU_OK, or
+ * TPU_ERR_INVALID_ARG with a message naming the range. The stream's submit
+ * path runs it on every device tensor of a record. */
+tpu_status tpu_mem_check_range(int chip, bool any_chip, const void *p, uint64_t nbytes);
+
 /* -------------------------------------------------------------- stream.c */
 
 /* The stream `index` of `chip` if it was ever created, else NULL (a stream
@@ -109,6 +118,19 @@ void tpu_event_stamp(tpu_event *event, uint64_t gen);
 
 /* Drops one reference; the last one destroys the event. */
 void tpu_event_unref(tpu_event *event);
+
+/* ---------------------------------------------------------------- wait.c */
+
+/* What tpu_rt_wait_begin hands to tpu_rt_wait_end. */
+typedef struct {
+    const void *hooks; /* the hooks in force at the start of the wait */
+    void *state;       /* what their begin returned */
+} tpu_wait_token;
+
+/* Bracket every blocking wait of a host thread (see wait.c). Call them
+ * with no runtime lock held. */
+tpu_wait_token tpu_rt_wait_begin(void);
+void tpu_rt_wait_end(tpu_wait_token token);
 
 /* ---------------------------------------------------------------- mode.c */
 

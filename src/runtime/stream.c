@@ -1,5 +1,13 @@
-/* Streams: a FIFO of records per stream and one worker thread that runs them
- * in order.
+/* Streams: a bounded ring of records per stream and one worker thread that
+ * runs them in order.
+ *
+ * The ring has TPU_STREAM_RING_SLOTS fixed-size slots, allocated with the
+ * stream: queueing a record copies it into a slot, with no heap allocation
+ * per op, and bounds the host memory that queued work can take (records
+ * and bytes alike, as every slot has the same size). A submitter that
+ * finds the ring full waits for the worker to free a slot; that wait, like
+ * every blocking wait of a host thread, runs between the wait hooks (see
+ * wait.c), so a Python caller gives up the GIL while it waits.
  *
  * Every record gets the next sequence number of its stream when it is
  * queued (submitted_seq) and the worker publishes the number of the last
@@ -34,7 +42,6 @@ typedef enum {
 } entry_kind;
 
 typedef struct entry {
-    struct entry *next;
     entry_kind kind;
     uint64_t seq;
     union {
@@ -58,9 +65,14 @@ struct tpu_stream {
     int chip;
     int index;
     pthread_mutex_t lock;
-    pthread_cond_t work_cv; /* the worker waits for a runnable head */
-    pthread_cond_t done_cv; /* waiters for completed_seq */
-    entry *head, *tail;     /* the FIFO, under lock */
+    pthread_cond_t work_cv;  /* the worker waits for a runnable head */
+    pthread_cond_t done_cv;  /* waiters for completed_seq */
+    pthread_cond_t space_cv; /* submitters waiting for a free slot */
+    /* The ring, under lock: `count` queued entries from slot `head` on.
+     * The worker runs the head entry in place and frees its slot after
+     * it has run, so a submitter never overwrites a running entry. */
+    entry *ring;
+    uint32_t head, count;
     /* Both are written only under `lock` (so they never go backwards) and
      * read without it by queries and by the allocator. */
     _Atomic uint64_t submitted_seq;
@@ -100,10 +112,12 @@ uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
 void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
     if (tpu_stream_completed_seq(s) >= seq)
         return;
+    tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
     while (atomic_load_explicit(&s->completed_seq, memory_order_relaxed) < seq)
         pthread_cond_wait(&s->done_cv, &s->lock);
     pthread_mutex_unlock(&s->lock);
+    tpu_rt_wait_end(token);
 }
 
 /* Marks record `seq` done and wakes everyone who may wait for it. Runs
@@ -176,8 +190,9 @@ static tpu_status entry_run(tpu_stream *s, entry *e) {
 /* The head may run once every earlier record has completed: normally at
  * once, later while a debug-mode submitter runs a record inline. */
 static bool head_runnable_locked(const tpu_stream *s) {
-    return s->head &&
-           s->head->seq == atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1;
+    return s->count > 0 &&
+           s->ring[s->head].seq ==
+               atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1;
 }
 
 static void *stream_worker(void *arg) {
@@ -186,10 +201,7 @@ static void *stream_worker(void *arg) {
     for (;;) {
         while (!head_runnable_locked(s))
             pthread_cond_wait(&s->work_cv, &s->lock);
-        entry *e = s->head;
-        s->head = e->next;
-        if (!s->head)
-            s->tail = NULL;
+        entry *e = &s->ring[s->head];
         pthread_mutex_unlock(&s->lock);
 
         tpu_status st = entry_run(s, e);
@@ -202,37 +214,59 @@ static void *stream_worker(void *arg) {
                             true);
         }
         complete_locked(s, e->seq);
-        free(e);
+        /* Free the slot; a submitter may be waiting for it. */
+        s->head = (s->head + 1) % TPU_STREAM_RING_SLOTS;
+        s->count--;
+        pthread_cond_signal(&s->space_cv);
     }
     return NULL;
 }
 
-/* Queues e with the next sequence number, returned in *seq if not NULL. */
-static void enqueue(tpu_stream *s, entry *e, uint64_t *seq) {
-    e->next = NULL;
+/* Copies `proto` (built on the caller's stack, as the debug path uses it
+ * directly) into the ring with the next sequence number (returned in
+ * *seq if not NULL). A full ring makes the caller wait, between the wait
+ * hooks, for the worker to free a slot. */
+static void enqueue(tpu_stream *s, const entry *proto, uint64_t *seq) {
     pthread_mutex_lock(&s->lock);
+    while (s->count == TPU_STREAM_RING_SLOTS) {
+        /* The hooks must run unlocked (see wait.c): step out, give up the
+         * caller's lock, wait for room, then check again, as another
+         * submitter may have taken the slot in between. */
+        pthread_mutex_unlock(&s->lock);
+        tpu_wait_token token = tpu_rt_wait_begin();
+        pthread_mutex_lock(&s->lock);
+        while (s->count == TPU_STREAM_RING_SLOTS)
+            pthread_cond_wait(&s->space_cv, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        tpu_rt_wait_end(token);
+        pthread_mutex_lock(&s->lock);
+    }
+    entry *e = &s->ring[(s->head + s->count) % TPU_STREAM_RING_SLOTS];
+    *e = *proto;
     e->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
     /* Relaxed: see tpu_stream_submitted_seq; the lock orders writers. */
     atomic_store_explicit(&s->submitted_seq, e->seq, memory_order_relaxed);
-    if (s->tail)
-        s->tail->next = e;
-    else
-        s->head = e;
-    s->tail = e;
+    s->count++;
     /* Only one thread ever waits on work_cv, the worker. */
     pthread_cond_signal(&s->work_cv);
-    pthread_mutex_unlock(&s->lock);
     if (seq)
         *seq = e->seq;
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Debug mode: drain the stream (without taking its kept error), then run
  * e on this thread as the stream's next record; its error is returned. */
 static tpu_status run_inline(tpu_stream *s, entry *e) {
+    /* Drain first (between the wait hooks), then claim the next number; a
+     * record queued by another thread in between is simply waited for. */
     pthread_mutex_lock(&s->lock);
     while (atomic_load_explicit(&s->completed_seq, memory_order_relaxed) !=
-           atomic_load_explicit(&s->submitted_seq, memory_order_relaxed))
-        pthread_cond_wait(&s->done_cv, &s->lock);
+           atomic_load_explicit(&s->submitted_seq, memory_order_relaxed)) {
+        uint64_t upto = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed);
+        pthread_mutex_unlock(&s->lock);
+        tpu_stream_wait_seq(s, upto);
+        pthread_mutex_lock(&s->lock);
+    }
     e->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
     atomic_store_explicit(&s->submitted_seq, e->seq, memory_order_relaxed);
     pthread_mutex_unlock(&s->lock);
@@ -252,6 +286,16 @@ static tpu_status run_inline(tpu_stream *s, entry *e) {
 
 /* ------------------------------------------------------------- creation */
 
+/* Frees a stream whose worker never started. */
+static void stream_destroy(tpu_stream *s) {
+    pthread_cond_destroy(&s->space_cv);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_mutex_destroy(&s->lock);
+    free(s->ring);
+    free(s);
+}
+
 static tpu_status stream_create(int chip, int index, tpu_stream **out) {
     tpu_stream *s = calloc(1, sizeof *s);
     if (!s)
@@ -261,6 +305,14 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
+    pthread_cond_init(&s->space_cv, NULL);
+    s->ring = malloc(TPU_STREAM_RING_SLOTS * sizeof *s->ring);
+    if (!s->ring) {
+        stream_destroy(s);
+        return tpu_set_error(TPU_ERR_HOST_MEMORY,
+                             "tpu_stream_get: no host memory for the queue of stream %d of tpu:%d",
+                             index, chip);
+    }
 
     /* The worker must not take the process's signals: block them all
      * while creating it, it inherits the mask. */
@@ -271,10 +323,7 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
     int rc = pthread_create(&thread, NULL, stream_worker, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
-        pthread_cond_destroy(&s->done_cv);
-        pthread_cond_destroy(&s->work_cv);
-        pthread_mutex_destroy(&s->lock);
-        free(s);
+        stream_destroy(s);
         return tpu_set_error(TPU_ERR_HOST_MEMORY,
                              "tpu_stream_get: cannot start the worker thread of stream %d of tpu:%d "
                              "(%s)",
@@ -336,15 +385,27 @@ int tpu_stream_index(const tpu_stream *s) {
 
 /* ----------------------------------------------------------- submission */
 
-/* Queues a heap copy of the entry `proto` (built on the caller's stack, as
- * the debug path uses it directly). `what` names the request for the
- * out-of-memory message. */
-static tpu_status queue_copy(tpu_stream *s, const entry *proto, uint64_t *seq, const char *what) {
-    entry *e = malloc(sizeof *e);
-    if (!e)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY, "no host memory to queue %s", what);
-    *e = *proto;
-    enqueue(s, e, seq);
+
+/* Every device tensor of a checked record must lie in live memory: its
+ * storage a live block of the stream's chip (a copy may read another
+ * chip's), so that no record of a freed or shrunk storage ever runs. The
+ * host side of a transfer is host memory, bounded by tpu_op_check alone. */
+static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
+    const char *name = op->name ? op->name : tpu_op_name(op->code);
+    for (int i = -1; i < op->n_in; i++) {
+        const tpu_tensor *t = i < 0 ? &op->out : &op->in[i];
+        bool host = (i < 0 && op->code == TPU_OP_COPY_D2H) || (i == 0 && op->code == TPU_OP_COPY_H2D);
+        if (host || !t->data)
+            continue; /* host memory, or no elements (data is NULL then) */
+        bool any_chip = i >= 0 && op->code == TPU_OP_COPY;
+        tpu_status st = tpu_mem_check_range(s->chip, any_chip, t->storage, (uint64_t)t->storage_nbytes);
+        if (st != TPU_OK) {
+            char msg[TPU_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
+            return tpu_set_error(st, "%s: the storage of %s%.0d: %s", name,
+                                 i < 0 ? "out" : "in", i < 0 ? 0 : i, msg);
+        }
+    }
     return TPU_OK;
 }
 
@@ -356,12 +417,15 @@ tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_stream_submit: %s is NULL",
                              s ? "op" : "stream");
     st = tpu_op_check(op);
+    if (st == TPU_OK)
+        st = check_device_memory(s, op);
     if (st != TPU_OK)
         return st;
     entry e = {.kind = ENTRY_OP, .u.op = *op};
     if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    return queue_copy(s, &e, NULL, op->name ? op->name : tpu_op_name(op->code));
+    enqueue(s, &e, NULL);
+    return TPU_OK;
 }
 
 tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void *ctx) {
@@ -374,18 +438,21 @@ tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void 
     entry e = {.kind = ENTRY_HOST_FN, .u.host = {fn, ctx}};
     if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    return queue_copy(s, &e, NULL, "a host function");
+    enqueue(s, &e, NULL);
+    return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_record(tpu_stream *s, tpu_event *event, uint64_t gen,
                                            uint64_t *seq) {
     entry e = {.kind = ENTRY_EVENT_RECORD, .u.record = {event, gen}};
-    return queue_copy(s, &e, seq, "an event record");
+    enqueue(s, &e, seq);
+    return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *s, tpu_stream *other, uint64_t seq) {
     entry e = {.kind = ENTRY_EVENT_WAIT, .u.wait = {other, seq}};
-    return queue_copy(s, &e, NULL, "an event wait");
+    enqueue(s, &e, NULL);
+    return TPU_OK;
 }
 
 /* ------------------------------------------------------ synchronisation */

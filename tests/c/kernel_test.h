@@ -204,7 +204,8 @@ static inline tpu_op random_op(tpu_op_code code, tpu_dtype dt, void *data, int64
     tpu_op op;
     memset(&op, 0, sizeof op);
     op.code = code;
-    op.out = (tpu_tensor){.data = data, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt};
+    op.out = (tpu_tensor){.data = data, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt,
+                          .storage = data, .storage_nbytes = n * (int64_t)tpu_dtype_size(dt)};
     op.p.rand.seed = seed;
     op.p.rand.offset = offset;
     op.p.rand.a = a;

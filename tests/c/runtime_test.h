@@ -46,7 +46,8 @@ static inline void set_flag(void *ctx) {
     atomic_store((atomic_int *)ctx, 1);
 }
 
-/* A contiguous 1-d tensor of n elements at data. */
+/* A contiguous 1-d tensor of n elements at data, which is also its
+ * storage. */
 static inline tpu_tensor vec(void *data, int64_t n, tpu_dtype dtype) {
     tpu_tensor t;
     memset(&t, 0, sizeof t);
@@ -55,6 +56,8 @@ static inline tpu_tensor vec(void *data, int64_t n, tpu_dtype dtype) {
     t.sizes[0] = n;
     t.strides[0] = 1;
     t.dtype = dtype;
+    t.storage = data;
+    t.storage_nbytes = n * (int64_t)tpu_dtype_size(dtype);
     return t;
 }
 
@@ -75,6 +78,13 @@ static inline tpu_op copy_op(tpu_tensor out, tpu_tensor in) {
     op.n_in = 1;
     op.out = out;
     op.in[0] = in;
+    return op;
+}
+
+/* A copy from device memory `in` to host memory `out`. */
+static inline tpu_op d2h_op(tpu_tensor out, tpu_tensor in) {
+    tpu_op op = copy_op(out, in);
+    op.code = TPU_OP_COPY_D2H;
     return op;
 }
 

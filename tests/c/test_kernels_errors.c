@@ -15,11 +15,12 @@ static tpu_op div_op(tpu_dtype dt, void *out, void *a, void *b, int64_t n) {
     memset(&op, 0, sizeof op);
     op.code = TPU_OP_DIV;
     op.n_in = 2;
-    op.out = (tpu_tensor){.data = out, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt};
+    op.out = (tpu_tensor){.data = out, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt,
+                          .storage = out, .storage_nbytes = n * (int64_t)tpu_dtype_size(dt)};
     op.in[0] = op.out;
-    op.in[0].data = a;
+    op.in[0].data = op.in[0].storage = a;
     op.in[1] = op.out;
-    op.in[1].data = b;
+    op.in[1].data = op.in[1].storage = b;
     op.p.arith.rounding = TPU_ROUND_TRUNC;
     return op;
 }
@@ -56,17 +57,18 @@ static void test_div_by_zero(void) {
 }
 
 /* A valid small ADD to mutate. */
-static float g_a[6], g_b[6], g_o[6];
+static float g_a[64], g_b[64], g_o[64];
 static tpu_op base_add(void) {
     tpu_op op;
     memset(&op, 0, sizeof op);
     op.code = TPU_OP_ADD;
     op.n_in = 2;
-    tpu_tensor t = {.data = g_o, .sizes = {2, 3}, .strides = {3, 1}, .ndim = 2, .dtype = F32};
+    tpu_tensor t = {.data = g_o, .sizes = {2, 3}, .strides = {3, 1}, .ndim = 2, .dtype = F32,
+                    .storage = g_o, .storage_nbytes = sizeof g_o};
     op.out = t;
-    t.data = g_a;
+    t.data = t.storage = g_a;
     op.in[0] = t;
-    t.data = g_b;
+    t.data = t.storage = g_b;
     op.in[1] = t;
     op.p.arith.alpha = (tpu_scalar){1.0, 1};
     return op;
@@ -77,9 +79,9 @@ static tpu_op base_mm(tpu_op_code code, int64_t m, int64_t k, int64_t k2, int64_
     memset(&op, 0, sizeof op);
     op.code = code;
     op.n_in = code == TPU_OP_ADDMM ? 3 : 2;
-    op.out = (tpu_tensor){g_o, {m, n}, {n, 1}, 2, F32};
-    op.in[0] = (tpu_tensor){g_a, {m, k}, {k, 1}, 2, F32};
-    op.in[1] = (tpu_tensor){g_b, {k2, n}, {n, 1}, 2, F32};
+    op.out = (tpu_tensor){g_o, {m, n}, {n, 1}, 2, F32, g_o, sizeof g_o};
+    op.in[0] = (tpu_tensor){g_a, {m, k}, {k, 1}, 2, F32, g_a, sizeof g_a};
+    op.in[1] = (tpu_tensor){g_b, {k2, n}, {n, 1}, 2, F32, g_b, sizeof g_b};
     op.in[2] = op.out;
     return op;
 }
@@ -197,6 +199,38 @@ static void test_check_rejects(void) {
     CHECK_STATUS(tpu_op_run(&op, 0, 1), TPU_ERR_INVALID_ARG);
 }
 
+/* Every element of every tensor must lie inside its storage: a view over
+ * a storage that was shrunk under it, a view starting before or past its
+ * storage, negative strides reaching below it, and a missing storage. */
+static void test_storage_bounds(void) {
+    tpu_op op = base_add();
+    op.out.storage_nbytes = 6 * 4; /* exactly the [2, 3] view: fits */
+    CHECK_OK(tpu_op_check(&op));
+    op.out.storage_nbytes = 6 * 4 - 1;
+    expect_reject(&op, TPU_ERR_OUT_OF_BOUNDS, "out (sizes [2, 3]) needs bytes 0 to 24 of its storage, which has 23 bytes");
+    op = base_add();
+    op.in[0].data = g_a + 60; /* a view at element 60 of a 64-element storage */
+    expect_reject(&op, TPU_ERR_OUT_OF_BOUNDS, "in[0] (sizes [2, 3]) needs bytes 240 to 264");
+    op = base_add();
+    op.in[1].data = g_b;
+    op.in[1].storage = g_b + 1; /* starts before its storage */
+    expect_reject(&op, TPU_ERR_OUT_OF_BOUNDS, "in[1] (sizes [2, 3]) starts outside its storage");
+    op = base_add();
+    op.in[0].data = g_a + 2; /* reversed rows from element 2: reaches element -1 */
+    op.in[0].strides[0] = -3;
+    expect_reject(&op, TPU_ERR_OUT_OF_BOUNDS, "needs bytes -4 to 20");
+    op.in[0].data = g_a + 3; /* from element 3 it fits */
+    CHECK_OK(tpu_op_check(&op));
+    op = base_add();
+    op.in[1].storage = NULL;
+    expect_reject(&op, TPU_ERR_OUT_OF_BOUNDS, "no storage bounds");
+    /* Zero elements need no storage. */
+    op = base_add();
+    op.out.sizes[0] = op.in[0].sizes[0] = op.in[1].sizes[0] = 0;
+    op.out.storage = op.in[0].storage = op.in[1].storage = NULL;
+    CHECK_OK(tpu_op_check(&op));
+}
+
 static void test_max_threads(void) {
     tpu_op op = base_add();
     CHECK(tpu_op_max_threads(&op) == 1);
@@ -217,6 +251,7 @@ static void test_max_threads(void) {
 int main(void) {
     test_div_by_zero();
     test_check_rejects();
+    test_storage_bounds();
     test_max_threads();
     tpu_kernels_set_reference(false);
     return check_report();

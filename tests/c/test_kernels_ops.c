@@ -88,6 +88,8 @@ static void tb_make(tbuf *b, tpu_dtype dt, int ndim, const int64_t *sizes, int l
     for (size_t i = skew; i + es <= b->bytes; i += es)
         t_store_random(b->alloc + i, dt, special);
     b->t.data = b->alloc + (size_t)(-lo) * es + skew;
+    b->t.storage = b->alloc;
+    b->t.storage_nbytes = (int64_t)b->bytes;
     memcpy(b->pristine, b->alloc, b->bytes);
 }
 
@@ -190,6 +192,13 @@ static const krow k_rows[] = {
     {"copy f32 <- bool", TPU_OP_COPY, 2, {7, 9}, F32, {BOOL}, 1, L_TRANS, L_CONTIG, 0, 0, 0, 0, 0, 0},
     {"copy f16 <- bf16", TPU_OP_COPY, 2, {7, 9}, F16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy i64 <- i16 bcast", TPU_OP_COPY, 2, {7, 9}, I64, {I16}, 1, L_CONTIG, L_BCAST, 0, 0, 0, 0, 0, 0},
+    /* float -> integer out of range: through int32 for i32/i16/i8, int64 for i64/u8 */
+    {"copy i8 <- f32", TPU_OP_COPY, 2, {37, 53}, I8, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i16 <- bf16", TPU_OP_COPY, 2, {7, 9}, I16, {BF16}, 1, L_PAD, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy u8 <- f32", TPU_OP_COPY, 2, {37, 53}, U8, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i32 <- f64 neg", TPU_OP_COPY, 2, {7, 9}, I32, {F64}, 1, L_NEG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i64 <- f16", TPU_OP_COPY, 2, {7, 9}, I64, {F16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i8 <- f64", TPU_OP_COPY, 2, {7, 9}, I8, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
     /* copy fast paths: blocked transposes (8x8 register blocks and ragged
      * edges), flat and row-run conversions */
     {"copy f32 transpose 2-d", TPU_OP_COPY, 2, {67, 45}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
@@ -225,6 +234,7 @@ static const krow k_rows[] = {
     {"sum i64 wraps", TPU_OP_SUM, 2, {9, 33}, I64, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 0},
     {"sum bool -> i64", TPU_OP_SUM, 2, {9, 33}, I64, {BOOL}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 0},
     {"sum f32 -> i32", TPU_OP_SUM, 2, {9, 33}, I32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 0},
+    {"sum f64 -> i32 specials", TPU_OP_SUM, 2, {9, 33}, I32, {F64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, S_SPECIALS, 0},
     {"sum none", TPU_OP_SUM, 2, {9, 33}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 1e-6},
     {"sum empty dim", TPU_OP_SUM, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
     {"sum 0-d", TPU_OP_SUM, 0, {0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 1e-6},
@@ -291,6 +301,20 @@ static double t_floor_div_f64(double a, double b) {
     return q - f > 0.5 ? f + 1 : f;
 }
 
+/* Reads element p of dtype dt as the integer compute value of an integer
+ * output of dtype out: floats as PyTorch's CPU backend converts them on
+ * x86 (through int32 for i32/i16/i8, INT32_MIN out of range; through
+ * int64 otherwise, t_f2i), by range tests of its own. */
+static int64_t t_read_i_as(const unsigned char *p, tpu_dtype dt, tpu_dtype out) {
+    if (!t_is_float(dt))
+        return t_read_i(p, dt);
+    double v = t_read_f(p, dt);
+    if (out == I32 || out == I16 || out == I8)
+        return isnan(v) || v >= 2147483648.0 || v <= -2147483649.0 ? INT32_MIN
+                                                                    : (int64_t)trunc(v);
+    return t_f2i(v);
+}
+
 static void expect_binary(const krow *r, const tpu_op *op, int64_t e, expect *x) {
     const unsigned char *pa = t_at(&op->in[0], e);
     const unsigned char *pb = r->n_in == 2 ? t_at(&op->in[1], e) : NULL;
@@ -321,7 +345,8 @@ static void expect_binary(const krow *r, const tpu_op *op, int64_t e, expect *x)
         bool a = t_read_f(pa, da) != 0, b = pb ? t_read_f(pb, db) != 0 : r->p1 != 0;
         x->i = c == TPU_OP_ADD ? (a || b) : (a && b);
     } else {
-        int64_t a = t_read_i(pa, da), b = pb ? t_read_i(pb, db) : (int64_t)r->p1;
+        int64_t a = t_read_i_as(pa, da, r->out);
+        int64_t b = pb ? t_read_i_as(pb, db, r->out) : (int64_t)r->p1;
         uint64_t al = (uint64_t)(int64_t)r->p0, v;
         if (c == TPU_OP_ADD)
             v = (uint64_t)a + al * (uint64_t)b;
@@ -351,7 +376,7 @@ static void expect_copy(const krow *r, const tpu_op *op, int64_t e, expect *x) {
     else if (r->out == BOOL)
         x->i = t_read_f(p, di) != 0;
     else
-        x->i = t_wrap(t_read_i(p, di), r->out);
+        x->i = t_wrap(t_read_i_as(p, di, r->out), r->out);
 }
 
 static void expect_fill(const krow *r, expect *x) {
@@ -388,7 +413,7 @@ static void expect_reduce(const krow *r, const tpu_op *op, int64_t e, expect *x)
             s += v;
             mag += fabs(v);
         } else {
-            si += (uint64_t)t_read_i(p, in->dtype);
+            si += (uint64_t)t_read_i_as(p, in->dtype, r->out);
         }
     }
     if (t_is_float(r->out)) {

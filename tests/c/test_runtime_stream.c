@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -96,7 +97,7 @@ static void test_op_order(int chip) {
     int submitted = 1;
     for (int i = 0; i < N; i++) {
         tpu_op fill = fill_op(vec(dev, 1, TPU_DTYPE_I32), i);
-        tpu_op copy = copy_op(vec(&host[i], 1, TPU_DTYPE_I32), vec(dev, 1, TPU_DTYPE_I32));
+        tpu_op copy = d2h_op(vec(&host[i], 1, TPU_DTYPE_I32), vec(dev, 1, TPU_DTYPE_I32));
         submitted &= tpu_stream_submit(s, &fill) == TPU_OK;
         submitted &= tpu_stream_submit(s, &copy) == TPU_OK;
         memset(&fill, 0xff, sizeof fill); /* the stream queued a copy */
@@ -119,7 +120,7 @@ static void test_big_op(void) {
     float *host = malloc(N * sizeof *host);
     CHECK_OK(tpu_mem_alloc(1, N * sizeof(float), s, (void **)&dev));
     tpu_op fill = fill_op(vec(dev, N, TPU_DTYPE_F32), 2.5);
-    tpu_op copy = copy_op(vec(host, N, TPU_DTYPE_F32), vec(dev, N, TPU_DTYPE_F32));
+    tpu_op copy = d2h_op(vec(host, N, TPU_DTYPE_F32), vec(dev, N, TPU_DTYPE_F32));
     CHECK(tpu_op_max_threads(&fill) > 1);
     CHECK_OK(tpu_stream_submit(s, &fill));
     CHECK_OK(tpu_stream_submit(s, &copy));
@@ -215,7 +216,7 @@ static void test_debug_mode(void) {
     int32_t *dev = NULL, host = -1;
     CHECK_OK(tpu_mem_alloc(0, sizeof(int32_t), s, (void **)&dev));
     tpu_op fill = fill_op(vec(dev, 1, TPU_DTYPE_I32), 42);
-    tpu_op copy = copy_op(vec(&host, 1, TPU_DTYPE_I32), vec(dev, 1, TPU_DTYPE_I32));
+    tpu_op copy = d2h_op(vec(&host, 1, TPU_DTYPE_I32), vec(dev, 1, TPU_DTYPE_I32));
     CHECK_OK(tpu_stream_submit(s, &fill));
     CHECK_OK(tpu_stream_submit(s, &copy));
     CHECK(host == 42);
@@ -238,6 +239,117 @@ static void test_chip_synchronize(void) {
     CHECK_STATUS(tpu_chip_synchronize(2), TPU_ERR_INVALID_DEVICE);
 }
 
+/* Wait hooks that count their calls, and tell whether a wait is open. */
+static atomic_int g_hook_begins, g_hook_ends;
+static int g_hook_token;
+
+static void *count_begin(void) {
+    atomic_fetch_add(&g_hook_begins, 1);
+    return &g_hook_token;
+}
+
+static void count_end(void *token) {
+    if (token == &g_hook_token)
+        atomic_fetch_add(&g_hook_ends, 1);
+}
+
+typedef struct {
+    tpu_stream *s;
+    int n;
+    atomic_int submitted;
+    int *order; /* order[i] = the i-th host function's position */
+} flood;
+
+static atomic_int g_next_pos;
+
+static void record_pos(void *ctx) {
+    *(int *)ctx = atomic_fetch_add(&g_next_pos, 1);
+}
+
+static void *flood_thread(void *arg) {
+    flood *f = arg;
+    for (int i = 0; i < f->n; i++) {
+        CHECK_OK(tpu_stream_submit_host_fn(f->s, record_pos, &f->order[i]));
+        atomic_fetch_add(&f->submitted, 1);
+    }
+    return NULL;
+}
+
+/* A stream queues a bounded number of records: past the bound the
+ * submitter waits (between the wait hooks) until the worker makes room,
+ * and nothing is lost or reordered. */
+static void test_queue_bound(void) {
+    enum { EXTRA = 100 };
+    tpu_stream *s = stream(0, 6);
+    tpu_runtime_set_wait_hooks(count_begin, count_end);
+    gate g = {0};
+    CHECK_OK(tpu_stream_submit_host_fn(s, gate_wait, &g));
+    CHECK(gate_reached(&g)); /* running: its slot stays taken until it returns */
+    flood f = {.s = s, .n = 1024 + EXTRA};
+    f.order = calloc((size_t)f.n, sizeof *f.order);
+    atomic_store(&g_next_pos, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, flood_thread, &f);
+    /* The submitter fills the free slots, then blocks. */
+    int last = -1;
+    for (int i = 0; i < 200 && atomic_load(&f.submitted) != last; i++) {
+        last = atomic_load(&f.submitted);
+        sleep_ms(20);
+    }
+    CHECK(atomic_load(&f.submitted) < f.n);
+    CHECK(atomic_load(&f.submitted) >= 1000); /* the bound is about 1024 records */
+    CHECK(atomic_load(&g_hook_begins) >= 1 && atomic_load(&g_hook_ends) == 0);
+    gate_open(&g);
+    pthread_join(t, NULL);
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK(atomic_load(&f.submitted) == f.n);
+    CHECK(atomic_load(&g_hook_ends) == atomic_load(&g_hook_begins));
+    int in_order = 1;
+    for (int i = 0; i < f.n; i++)
+        in_order &= f.order[i] == i;
+    CHECK(in_order);
+    tpu_runtime_set_wait_hooks(NULL, NULL);
+    free(f.order);
+}
+
+/* Records whose device memory is not live memory of the stream's chip are
+ * refused at submit: freed, shrunk, another chip's (except a copy's
+ * source), or past the end of the block. */
+static void test_submit_checks_device_memory(void) {
+    tpu_stream *s0 = stream(0, 0);
+    int32_t *a = NULL, *b = NULL, host[4] = {0};
+    CHECK_OK(tpu_mem_alloc(0, 4 * sizeof(int32_t), s0, (void **)&a));
+    CHECK_OK(tpu_mem_alloc(1, 4 * sizeof(int32_t), NULL, (void **)&b));
+    tpu_op fill = fill_op(vec(a, 4, TPU_DTYPE_I32), 7);
+    CHECK_OK(tpu_stream_submit(s0, &fill));
+
+    tpu_op too_long = fill_op(vec(a, 5, TPU_DTYPE_I32), 7); /* claims 20 bytes of a 16-byte block */
+    tpu_clear_error();
+    CHECK_STATUS(tpu_stream_submit(s0, &too_long), TPU_ERR_OUT_OF_BOUNDS);
+    CHECK_CONTAINS(tpu_last_error_message(), "fill: the storage of out: 20 bytes at");
+    CHECK_CONTAINS(tpu_last_error_message(), "are not live memory of tpu:0");
+
+    tpu_op other_chip = fill_op(vec(b, 4, TPU_DTYPE_I32), 1);
+    CHECK_STATUS(tpu_stream_submit(s0, &other_chip), TPU_ERR_OUT_OF_BOUNDS);
+    /* A copy may read another chip's memory (chip-to-chip copies), not write it. */
+    tpu_op cross = copy_op(vec(a, 4, TPU_DTYPE_I32), vec(b, 4, TPU_DTYPE_I32));
+    CHECK_OK(tpu_stream_submit(s0, &cross));
+    tpu_op cross_out = copy_op(vec(b, 4, TPU_DTYPE_I32), vec(a, 4, TPU_DTYPE_I32));
+    CHECK_STATUS(tpu_stream_submit(s0, &cross_out), TPU_ERR_OUT_OF_BOUNDS);
+    /* Host memory is only allowed on the host side of a transfer. */
+    tpu_op to_host = d2h_op(vec(host, 4, TPU_DTYPE_I32), vec(a, 4, TPU_DTYPE_I32));
+    CHECK_OK(tpu_stream_submit(s0, &to_host));
+    tpu_op host_as_device = copy_op(vec(host, 4, TPU_DTYPE_I32), vec(a, 4, TPU_DTYPE_I32));
+    CHECK_STATUS(tpu_stream_submit(s0, &host_as_device), TPU_ERR_OUT_OF_BOUNDS);
+    CHECK_OK(tpu_stream_synchronize(s0));
+
+    CHECK_OK(tpu_mem_free(a));
+    tpu_op after_free = fill_op(vec(a, 4, TPU_DTYPE_I32), 7);
+    CHECK_STATUS(tpu_stream_submit(s0, &after_free), TPU_ERR_OUT_OF_BOUNDS);
+    CHECK_OK(tpu_mem_free(b));
+    CHECK_OK(tpu_stream_synchronize(s0));
+}
+
 int main(void) {
     setenv("TORCH_TPU_CHIPS", "2", 0);
     setenv("TORCH_TPU_NUM_THREADS", "4", 0);
@@ -250,5 +362,7 @@ int main(void) {
     test_query();
     test_debug_mode();
     test_chip_synchronize();
+    test_queue_bound();
+    test_submit_checks_device_memory();
     return check_report();
 }

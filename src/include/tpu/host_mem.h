@@ -21,9 +21,22 @@ extern "C" {
  * and TPU_OK. TPU_ERR_HOST_MEMORY if the host is out of memory. */
 TPU_API tpu_status tpu_host_alloc(size_t nbytes, void **out);
 
-/* Frees a pointer from tpu_host_alloc. NULL is a no-op; any other pointer
- * is TPU_ERR_INVALID_ARG. */
+/* Drops the owner's reference to a pointer from tpu_host_alloc: the memory
+ * is freed now, or once the copies that retained it have run. NULL is a
+ * no-op; any other pointer is TPU_ERR_INVALID_ARG. */
 TPU_API tpu_status tpu_host_free(void *ptr);
+
+/* Takes a reference to the pinned block containing `ptr` (any address in
+ * it), so that it outlives its owner until tpu_host_release. For an
+ * asynchronous copy: retain, queue the copy, then queue tpu_host_release
+ * as a host function on the same stream. TPU_ERR_INVALID_ARG if `ptr` is
+ * not in pinned memory. */
+TPU_API tpu_status tpu_host_retain(const void *ptr);
+
+/* Drops a reference taken by tpu_host_retain (the signature of a stream
+ * host function). Touches nothing but the runtime's own table: safe on a
+ * stream's worker. Unknown pointers are ignored. */
+TPU_API void tpu_host_release(void *ptr);
 
 /* True if `ptr` points anywhere inside a live pinned allocation. */
 TPU_API bool tpu_host_is_pinned(const void *ptr);

@@ -35,13 +35,22 @@ extern "C" {
 #define TPU_MAX_DIMS 12
 
 /* A view of memory: element (i0, i1, ...) lives at
- * data + sum(ik * strides[k]) * dtype size. ndim == 0 is a scalar. */
+ * data + sum(ik * strides[k]) * dtype size. ndim == 0 is a scalar.
+ *
+ * `storage` and `storage_nbytes` give the allocation the view lies in (a
+ * PyTorch storage): tpu_op_check refuses a record any of whose elements
+ * falls outside [storage, storage + storage_nbytes), so that a view left
+ * hanging over a storage that was shrunk under it (storage.resize_) is an
+ * error, never a read or write past the block. Required whenever the
+ * tensor has elements. */
 typedef struct {
     void *data;
     int64_t sizes[TPU_MAX_DIMS];
     int64_t strides[TPU_MAX_DIMS];
     int32_t ndim;
     tpu_dtype dtype;
+    void *storage;
+    int64_t storage_nbytes;
 } tpu_tensor;
 
 /* A scalar from the host, given in both forms so that a kernel reads the
@@ -141,7 +150,8 @@ typedef struct tpu_op {
 TPU_API const char *tpu_op_name(tpu_op_code code);
 
 /* Checks a record before it is queued: opcode, ranks, sizes, dtypes the
- * kernel supports, data pointers non-null where elements exist. Runs on
+ * kernel supports, data pointers non-null where elements exist, and every
+ * element of every tensor inside its storage. Runs on
  * the submitting thread. Returns TPU_OK or an error with a message that
  * names the op and the values. */
 TPU_API tpu_status tpu_op_check(const tpu_op *op);

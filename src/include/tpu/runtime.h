@@ -90,9 +90,13 @@ TPU_API tpu_status tpu_stream_next_from_pool(int chip, tpu_stream **out);
 TPU_API int tpu_stream_chip(const tpu_stream *stream);
 TPU_API int tpu_stream_index(const tpu_stream *stream);
 
-/* Submits an op: checks it (tpu_op_check) on the calling thread, stamps it
- * with the next sequence number, and queues a copy of it (the caller's
- * record may be reused at once). In debug mode the stream is drained and
+/* Submits an op: checks it (tpu_op_check) on the calling thread, checks
+ * that each device tensor's storage is a live block of this stream's chip
+ * that holds the whole storage, stamps it with the next sequence number,
+ * and queues a copy of it (the caller's record may be reused at once).
+ * A stream queues at most a fixed number of records (about 1 MiB of
+ * them); when they are all waiting, the call waits for the worker, between
+ * the wait hooks. In debug mode the stream is drained and
  * the op runs before the call returns; its kernel error is returned here.
  * In strict and fused modes a kernel error is kept on the stream and
  * returned by the next synchronising call. */
@@ -210,6 +214,19 @@ typedef enum {
 TPU_API tpu_status tpu_mode_set(tpu_mode mode);
 TPU_API tpu_mode tpu_mode_get(void);
 TPU_API const char *tpu_mode_name(tpu_mode mode);
+
+/* --------------------------------------------------------- blocking waits */
+
+/* Installs hooks called around every blocking wait of a host thread in the
+ * runtime (synchronize, event waits, a full stream queue, the drains
+ * behind empty_cache and an out-of-memory retry): begin() before the
+ * thread blocks, end(its result) after. The Python bindings use them to
+ * release the GIL while waiting, so that no wait can deadlock against a
+ * thread that needs the GIL. Worker threads never need the GIL, so a wait
+ * never depends on it. The hooks run with no runtime lock held and must
+ * not call into the runtime. NULL for either removes both. Install them
+ * once, before other threads use the runtime. */
+TPU_API void tpu_runtime_set_wait_hooks(void *(*begin)(void), void (*end)(void *token));
 
 /* ----------------------------------------------------------- thread pool */
 

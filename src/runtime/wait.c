@@ -1,0 +1,53 @@
+/* Blocking waits of host threads, and the hooks around them.
+ *
+ * A thread that blocks in the runtime (waiting for a stream, for room in a
+ * stream's queue, for an event) may be holding a lock of its caller that
+ * other threads need, Python's GIL above all. The embedding layer installs
+ * a pair of hooks that give such a lock up for the length of the wait and
+ * take it back afterwards (the Python bindings release the GIL, as CUDA's
+ * bindings do around every blocking call). Worker threads never hold such
+ * a lock, so for them the hooks do nothing.
+ *
+ * The hooks are called with no runtime lock held: taking the GIL back
+ * while holding a stream's mutex could deadlock with a thread that holds
+ * the GIL and wants that mutex. */
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "runtime_internal.h"
+
+typedef struct {
+    void *(*begin)(void);
+    void (*end)(void *token);
+} wait_hooks;
+
+/* Installed once at start-up, read on every wait: an atomic pointer to an
+ * immutable pair, so a reader never sees half of an update. */
+static const wait_hooks k_no_hooks = {NULL, NULL};
+static wait_hooks g_hooks_storage;
+static _Atomic(const wait_hooks *) g_hooks = &k_no_hooks;
+
+void tpu_runtime_set_wait_hooks(void *(*begin)(void), void (*end)(void *token)) {
+    /* One writer at start-up: the Python module's import, itself under the
+     * import lock. Storing the pair before publishing it (release) lets
+     * readers (acquire) see both halves. */
+    if (!begin || !end) {
+        atomic_store_explicit(&g_hooks, &k_no_hooks, memory_order_release);
+        return;
+    }
+    g_hooks_storage.begin = begin;
+    g_hooks_storage.end = end;
+    atomic_store_explicit(&g_hooks, &g_hooks_storage, memory_order_release);
+}
+
+tpu_wait_token tpu_rt_wait_begin(void) {
+    const wait_hooks *h = atomic_load_explicit(&g_hooks, memory_order_acquire);
+    tpu_wait_token t = {h, h->begin ? h->begin() : NULL};
+    return t;
+}
+
+void tpu_rt_wait_end(tpu_wait_token token) {
+    const wait_hooks *h = token.hooks;
+    if (h && h->end)
+        h->end(token.state);
+}

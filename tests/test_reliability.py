@@ -1,0 +1,397 @@
+"""Regression tests for the defect classes of the reliability issue, each
+written against its mechanism. Where the failure mode is a hang or a crash
+the case runs in a fresh interpreter with a timeout, so that a regression
+fails the test instead of taking the suite down.
+
+1. No wait deadlocks on the GIL: workers never need it, host waits give it up.
+2. A view that does not fit in its storage is refused by every native op.
+3. 0-dim device operands of a wider dtype behave as on the CPU backend.
+4. Operands on different devices raise PyTorch's same-device error.
+5. The queue of a stream is bounded: host memory does not grow without sync.
+6. An out-of-memory retry reclaims blocks pending on other chips' streams.
+7. Chip indices are checked before narrowing, never wrapped.
+8. Errors say what happened (see also test_compile_errors.py and
+   test_multiprocessing_errors.py).
+(9. Float-to-integer conversion: test_conversion.py.)
+"""
+import itertools
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+
+from conftest import run_python
+
+
+def run_ok(code: str, env: dict | None = None, timeout: int = 90) -> str:
+    """Runs `code` in a fresh interpreter; it must exit 0 within `timeout`."""
+    proc = run_python(code, env=env, timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+# ---------------------------------------------------------------- 1. GIL
+
+# A stream's worker releases the pinned buffer of an asynchronous copy
+# while the host thread waits for the stream holding the GIL: every
+# blocking entry point that the reliability report found, and the
+# asynchronous copy in both directions.
+_PINNED_RELEASE_PROLOGUE = """
+    import gc, io, torch
+    a = torch.randn(1200, 1200, device='tpu')
+    b = a @ a; b = b @ a                      # keep the stream busy
+"""
+
+_BLOCKING_CALLS = {
+    "tpu_empty_cache": "torch.tpu.empty_cache()",
+    "accelerator_empty_cache": "torch.accelerator.empty_cache()",
+    "torch_save": "torch.save(b, io.BytesIO())",
+    "storage_cpu": "b.untyped_storage().cpu()",
+    "synchronize": "torch.tpu.synchronize()",
+    "item": "b[0, 0].item()",
+}
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("call", sorted(_BLOCKING_CALLS))
+def test_no_deadlock_when_worker_releases_pinned_buffer(direction, call):
+    if direction == "h2d":
+        copy = """
+    src = torch.ones(2**20).pin_memory(); st = src.untyped_storage()
+    d = src.to('tpu', non_blocking=True)
+    del src, st; gc.collect()
+    """
+        check = "assert d.sum().item() == 2**20"
+    else:
+        copy = """
+    src = torch.ones(2**20, device='tpu')
+    dst = torch.empty(2**20).pin_memory()
+    dst.copy_(src, non_blocking=True)
+    del dst; gc.collect()
+    """
+        check = "assert src.sum().item() == 2**20"
+    run_ok(_PINNED_RELEASE_PROLOGUE + copy + f"\n    {_BLOCKING_CALLS[call]}\n    {check}\n    print('ok')\n",
+           timeout=120)
+
+
+def test_blocking_waits_release_the_gil():
+    """While the main thread waits for the device in an entry point that
+    PyTorch does not wrap in a GIL release (empty_cache, a storage copy),
+    another Python thread keeps running."""
+    ticks = 0
+    stop = threading.Event()
+
+    def count():
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    a = torch.randn(1024, 1024, device="tpu")
+    (a @ a).sum().item()  # warm up
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        for wait in (torch.tpu.empty_cache, lambda: b.untyped_storage().cpu()):
+            b = a
+            for _ in range(8):
+                b = b @ a  # about a second of queued work
+            before = ticks
+            start = time.perf_counter()
+            wait()
+            waited = time.perf_counter() - start
+            during = ticks - before
+            # Holding the GIL for the whole wait would leave the counter at
+            # a handful of ticks (one switch interval at most).
+            if waited > 0.2:
+                assert during > 1000, f"{during} ticks in a {waited:.2f} s wait: the GIL was held"
+    finally:
+        stop.set()
+        counter.join()
+
+
+def test_full_queue_waits_without_the_gil():
+    """A submitter that fills a stream's queue waits for room, with the GIL
+    released: another thread runs meanwhile, and every op runs in order."""
+    out = run_ok("""
+        import threading, time, torch
+        a = torch.randn(1024, 1024, device='tpu')
+        x = torch.zeros(1, device='tpu')
+        ticks = [0]; stop = threading.Event()
+        def count():
+            while not stop.is_set():
+                ticks[0] += 1
+        t = threading.Thread(target=count); t.start()
+        b = a
+        for _ in range(6):
+            b = b @ a                  # keep the worker busy
+        before = ticks[0]; start = time.perf_counter()
+        for i in range(3000):          # more records than the queue holds
+            x.add_(1)
+        issue = time.perf_counter() - start
+        during = ticks[0] - before
+        stop.set(); t.join()
+        assert x.item() == 3000
+        print(issue, during)
+    """)
+    issue, during = out.split()
+    if float(issue) > 0.2:  # the submitter really waited for room
+        assert int(during) > 1000
+
+
+# ------------------------------------------------------- 2. storage bounds
+
+def _shrunk_view():
+    x = torch.zeros(256, device="tpu")
+    view = x[128:]
+    x.untyped_storage().resize_(16)
+    return view
+
+
+_NATIVE_OPS_ON_VIEW = {
+    "fill_": lambda v: v.fill_(1),
+    "zero_": lambda v: v.zero_(),
+    "copy_from_cpu": lambda v: v.copy_(torch.ones(128)),
+    "copy_to_cpu": lambda v: torch.empty(128).copy_(v),
+    "copy_on_chip_src": lambda v: torch.empty(128, device="tpu").copy_(v),
+    "copy_on_chip_dst": lambda v: v.copy_(torch.ones(128, device="tpu")),
+    "uniform_": lambda v: v.uniform_(),
+    "normal_": lambda v: v.normal_(),
+    "add": lambda v: v + 1,
+    "add_": lambda v: v.add_(1),
+    "mul_out": lambda v: torch.mul(torch.ones(128, device="tpu"), 2, out=v),
+    "div_tensor": lambda v: torch.ones(128, device="tpu") / v,
+    "sum": lambda v: v.sum(),
+    "mean_dim": lambda v: v.view(8, 16).mean(1),
+    "mm": lambda v: v.view(8, 16) @ torch.ones(16, 4, device="tpu"),
+    "addmm": lambda v: torch.addmm(torch.ones(4, device="tpu"), v.view(8, 16), torch.ones(16, 4, device="tpu")),
+    "clone": lambda v: v.clone(),
+    "fallback_exp": lambda v: v.exp(),
+}
+
+
+@pytest.mark.parametrize("mode_name", ["strict", "debug"])
+def test_views_outside_their_storage_are_refused(mode_name):
+    """Every native op (and the fallback's copies) raises a RuntimeError for
+    a view left hanging over a shrunk storage, in both modes, and the
+    process, the stream and the allocator stay sound. Run in a subprocess:
+    a regression is a wild write."""
+    out = run_ok(f"""
+        import warnings, torch
+        warnings.simplefilter('ignore')
+        from test_reliability import _shrunk_view, _NATIVE_OPS_ON_VIEW
+        torch.tpu.set_mode({mode_name!r})
+        for name, op in _NATIVE_OPS_ON_VIEW.items():
+            try:
+                op(_shrunk_view())
+                torch.tpu.synchronize()
+            except RuntimeError as e:
+                msg = str(e)
+                assert 'storage' in msg and ('resized' in msg or 'out of bounds' in msg), (name, msg)
+            else:
+                raise AssertionError(name + ' accepted a view outside its storage')
+        assert (torch.ones(3, device='tpu') * 2).sum().item() == 6
+        print('ok')
+    """, env={"PYTHONPATH": __import__("os").path.dirname(__file__)})
+    assert out.strip() == "ok"
+
+
+def test_shrunk_storage_itself_still_works():
+    x = torch.arange(256.0, device="tpu")
+    x.untyped_storage().resize_(16)
+    head = torch.empty(0, device="tpu").set_(x.untyped_storage(), 0, (4,))
+    torch.testing.assert_close(head.cpu(), torch.arange(4.0))
+
+
+# ------------------------------------------------------- 3. 0-dim operands
+
+_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+           torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _values(dtype):
+    if dtype == torch.bool:
+        return torch.tensor([True, False, True, True])
+    if dtype == torch.uint8:
+        return torch.tensor([200, 7, 0, 255], dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.tensor([100.75, -7.5, 0.125, 300.0], dtype=torch.float64).to(dtype)
+    return torch.tensor([100, -7, 0, 127], dtype=dtype)
+
+
+def _scalar(dtype):
+    if dtype == torch.bool:
+        return torch.tensor(True)
+    if dtype == torch.uint8:
+        return torch.tensor(3, dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.tensor(300.3, dtype=torch.float64).to(dtype)
+    return torch.tensor(300 if dtype in (torch.int16, torch.int32, torch.int64) else -3, dtype=dtype)
+
+
+def _same(fn, *cpu_args):
+    """fn on CPU and on tpu: both raise, or both give equal results."""
+    try:
+        want = fn(*cpu_args)
+    except RuntimeError:
+        with pytest.raises(RuntimeError):
+            fn(*[a.to("tpu") for a in cpu_args])
+        return
+    got = fn(*[a.to("tpu") for a in cpu_args])
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("tensor_dtype", _DTYPES, ids=str)
+def test_zero_dim_device_operands_match_cpu(tensor_dtype):
+    """A 0-dim tpu tensor beside a tensor, of every dtype, in both operand
+    orders, for the native binary ops (including in-place), matches the CPU
+    backend bit for bit: the 0-dim operand is converted as TensorIterator
+    converts it."""
+    ops = [
+        lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b,
+        lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+        lambda a, b: torch.div(a, b, rounding_mode="floor"),
+        lambda a, b: torch.add(a, b, alpha=2),
+    ]
+    # In place into the tensor: the result keeps the tensor's dtype.
+    inplace_ops = [
+        lambda a, b: a.clone().add_(b), lambda a, b: a.clone().mul_(b), lambda a, b: a.clone().div_(b),
+        lambda a, b: a.clone().div_(b, rounding_mode="trunc"),
+        lambda a, b: a.clone().div_(b, rounding_mode="floor"),
+    ]
+    t = _values(tensor_dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for scalar_dtype in _DTYPES:
+            s = _scalar(scalar_dtype)
+            for op in ops:
+                _same(op, t, s)
+                _same(op, s, t)
+            for op in inplace_ops:
+                _same(op, t, s)
+
+
+# ------------------------------------------------------------ 4. devices
+
+def test_fallback_rejects_operands_on_different_devices():
+    a0 = torch.ones(3, device="tpu:0")
+    a1 = torch.ones(3, device="tpu:1")
+    c = torch.ones(3)
+    cases = {
+        "cat_chips": lambda: torch.cat([a0, a1]),
+        "cat_cpu": lambda: torch.cat([a0, c]),
+        "mm_chips": lambda: a0.view(3, 1) @ a1.view(1, 3),
+        "where_chips": lambda: torch.where(a0 > 0, a0, a1),
+        "where_cpu": lambda: torch.where(a0 > 0, a0, c),
+        "atan2_cpu": lambda: torch.atan2(a0, c),
+        "addcmul_chips": lambda: torch.addcmul(a0, a0, a1),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, fn in cases.items():
+            with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+                fn()
+                pytest.fail(name)
+
+
+def test_fallback_keeps_cuda_exceptions_to_the_device_rule():
+    """What CUDA accepts: 0-dim CPU tensors as scalars, CPU index tensors."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = torch.arange(6.0, device="tpu")
+        torch.testing.assert_close(torch.atan2(x, torch.tensor(2.0)).cpu(), torch.atan2(x.cpu(), torch.tensor(2.0)))
+        mask = torch.tensor([True, False, True, False, True, False])
+        torch.testing.assert_close(x[mask].cpu(), x.cpu()[mask])
+        idx = torch.tensor([4, 0])
+        torch.testing.assert_close(x[idx].cpu(), x.cpu()[idx])
+        y = x.clone()
+        y[idx] = torch.tensor(-1.0)
+        want = x.cpu().clone()
+        want[idx] = -1.0
+        torch.testing.assert_close(y.cpu(), want)
+
+
+# -------------------------------------------------------- 5. queue bound
+
+def test_queue_is_bounded_in_host_memory():
+    """200,000 in-place adds with no sync: host memory stays flat (it grew
+    by about 870 bytes per op, 170 MiB, before the queue was bounded)."""
+    out = run_ok("""
+        import resource, torch
+        x = torch.zeros(1, device='tpu')
+        for _ in range(2000):
+            x.add_(1)
+        x.item()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        for _ in range(200_000):
+            x.add_(1)
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert x.item() == 202_000
+        print((after - before) / 1024)
+    """, timeout=240)
+    grown_mib = float(out.strip())
+    assert grown_mib < 24, f"host memory grew by {grown_mib:.1f} MiB over 200,000 queued ops"
+
+
+# ------------------------------------------------- 6. multi-chip reclaim
+
+def test_oom_retry_reclaims_blocks_pending_on_another_chip():
+    """A block freed on chip 0 while a chip-to-chip copy on chip 1's stream
+    still reads it is reclaimed by the out-of-memory retry (which waits for
+    every chip), not reported as an out-of-memory error."""
+    run_ok("""
+        import torch
+        big = torch.ones(40 * 2**20, dtype=torch.uint8, device='tpu:0')
+        busy = torch.randn(1024, 1024, device='tpu:1')
+        for _ in range(10):
+            busy = busy @ busy.clamp(-1, 1)      # chip 1's stream is busy
+        moved = big.to('tpu:1')                   # chip 1 reads chip 0's block
+        del big                                   # pending on chip 1's stream
+        again = torch.empty(40 * 2**20, dtype=torch.uint8, device='tpu:0')
+        assert torch.tpu.memory_stats(0)['num_alloc_retries'] >= 1
+        assert moved.sum().item() == 40 * 2**20
+        print('ok')
+    """, env={"TORCH_TPU_CHIPS": "2", "TORCH_TPU_MEMORY_LIMIT": "64M"})
+
+
+# --------------------------------------------------------- 7. chip index
+
+@pytest.mark.parametrize("index", [2, 7, 127, 128, 256, 257, 2**31 + 1])
+def test_chip_index_is_checked_before_narrowing(index):
+    calls = {
+        "set_device": lambda: torch.tpu.set_device(index),
+        "get_device_properties": lambda: torch.tpu.get_device_properties(index),
+        "get_rng_state": lambda: torch.tpu.get_rng_state(index),
+        "synchronize": lambda: torch.tpu.synchronize(index),
+        "default_generators": lambda: torch.tpu.default_generators[index],
+        "manual_seed_on": lambda: torch.tpu.set_rng_state(torch.tpu.get_rng_state(0), index),
+    }
+    for name, call in calls.items():
+        with pytest.raises((RuntimeError, ValueError, IndexError), match=str(index)):
+            call()
+            pytest.fail(name)
+    assert torch.tpu.current_device() == 0
+
+
+# -------------------------------------------------------------- 8. errors
+
+def test_unsupported_dtype_view_names_the_op():
+    x = torch.arange(4, dtype=torch.int32, device="tpu").view(torch.uint32)
+    with pytest.raises(TypeError, match="aten::sum: tpu does not support dtype UInt32"):
+        x.sum()
+
+
+def test_out_of_memory_message_gives_exact_bytes():
+    out = run_ok("""
+        import torch
+        keep = torch.empty(16 * 2**20 + 512, dtype=torch.uint8, device='tpu')   # 64M - 48M - 512 left
+        more = torch.empty(32 * 2**20, dtype=torch.uint8, device='tpu')
+        try:
+            torch.empty(16 * 2**20 - 100, dtype=torch.uint8, device='tpu')
+        except torch.OutOfMemoryError as e:
+            print(e)
+    """, env={"TORCH_TPU_MEMORY_LIMIT": "64M"})
+    assert "(16777116 bytes, a block of 16777216 bytes)" in out
+    assert "bytes) free of 64.00 MiB capacity" in out
