@@ -234,9 +234,9 @@ def _same(fn, *cpu_args):
     """fn on CPU and on tpu: both raise, or both give equal results."""
     try:
         want = fn(*cpu_args)
-    except RuntimeError:
-        with pytest.raises(RuntimeError):
-            fn(*[a.to("tpu") for a in cpu_args])
+    except (RuntimeError, TypeError) as e:
+        with pytest.raises(type(e)):  # kernel-side errors come at the sync
+            fn(*[a.to("tpu") for a in cpu_args]).cpu()
         return
     got = fn(*[a.to("tpu") for a in cpu_args])
     assert got.dtype == want.dtype
@@ -248,7 +248,7 @@ def test_zero_dim_device_operands_match_cpu(tensor_dtype):
     """A 0-dim tpu tensor beside a tensor, of every dtype, in both operand
     orders, for the native binary ops (including in-place), matches the CPU
     backend bit for bit: the 0-dim operand is converted as TensorIterator
-    converts it."""
+    and the CPU kernels convert it. Python scalars too."""
     ops = [
         lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b,
         lambda a, b: torch.div(a, b, rounding_mode="trunc"),
@@ -271,6 +271,10 @@ def test_zero_dim_device_operands_match_cpu(tensor_dtype):
                 _same(op, s, t)
             for op in inplace_ops:
                 _same(op, t, s)
+        for number in (300.3, -3, True, 2**40 + 1):
+            for op in ops:
+                _same(lambda a: op(a, number), t)
+                _same(lambda a: op(number, a), t)
 
 
 # ------------------------------------------------------------ 4. devices

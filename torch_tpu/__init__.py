@@ -32,6 +32,14 @@ def _register() -> None:
 
 _register()
 
+# Integration with other PyTorch subsystems, each explained in its module:
+# torch.compile's Inductor refuses tpu with a clear message (instead of its
+# Pallas/JAX backend), and multiprocessing refuses to share tpu tensors.
+from torch_tpu import _compile, _multiprocessing  # noqa: E402
+
+_compile.install()
+_multiprocessing.install()
+
 
 def _autoload() -> None:
     """Entry point for ``torch.backends``: importing this package registered it."""

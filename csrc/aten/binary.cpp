@@ -38,6 +38,16 @@ c10::DeviceIndex common_chip(const BinaryKind& k, const at::Tensor& a, const at:
   return tpu->device().index();
 }
 
+// Whether an operand of dtype `from` gives the same value converted
+// straight to the kernel's compute type for a `to` result (f32 for
+// f32/f16/bf16, f64, i64 for integers) as converted to `to` first.
+bool loads_as(at::ScalarType from, at::ScalarType to) {
+  if (from == to || to == at::kFloat || to == at::kDouble) return true;  // computes in `to` itself
+  if (at::isReducedFloatingType(to))  // exact in f16 and bf16: bool, uint8, int8
+    return from == at::kBool || from == at::kByte || from == at::kChar;
+  return at::isIntegralType(from, /*includeBool=*/true) && at::promoteTypes(from, to) == to;  // no wrap
+}
+
 at::ScalarType result_dtype(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b,
                             tpu_rounding rounding) {
   at::ScalarType type = at::result_type(a, b);
@@ -78,16 +88,19 @@ void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, cons
   // A scalar first operand is moved to the chip (a one-element copy); a
   // scalar second operand rides in the op record.
   if (is_cpu_scalar(a)) a = a.to(out.device());
-  // A device operand of a wider dtype than the result (a 0-dim tensor,
-  // which does not take part in promotion) is converted to the result
-  // dtype first, as TensorIterator casts operands to the common dtype:
-  // int8 / int64(300) divides by int8(300) = 44, not by 300. The CPU
-  // kernels read a 0-dim second operand of a float op in the op's compute
-  // type instead (f32 for f16/bf16), which the kernel's own load does.
+  // TensorIterator casts every operand to the common (result) dtype before
+  // the CPU kernel computes; the tpu kernel instead converts each operand
+  // straight to its compute type. The two agree unless that skips a
+  // rounding or wrap, so such operands are converted first: int8 /
+  // int64(300) divides by int8(300) = 44, not by 300, and int32(2049) + a
+  // f16 0-dim tensor adds f16(2049) = 2048. One exception, as in the CPU
+  // kernels: mul and div of f16/bf16 read a single-element second operand
+  // in their compute type (f32), which is what the kernel's load does.
   const at::ScalarType type = out.scalar_type();
-  if (at::promoteTypes(a.scalar_type(), type) != type) a = a.to(type);
-  if (!is_cpu_scalar(b) && !at::isFloatingType(type) && at::promoteTypes(b.scalar_type(), type) != type)
-    b = b.to(type);
+  const bool b_in_compute_type =
+      (k.code == TPU_OP_MUL || k.code == TPU_OP_DIV) && at::isReducedFloatingType(type) && b.numel() == 1;
+  if (!loads_as(a.scalar_type(), type)) a = a.to(type);
+  if (!is_cpu_scalar(b) && !b_in_compute_type && !loads_as(b.scalar_type(), type)) b = b.to(type);
   tpu_op op{};
   op.code = k.code;
   op.p.arith.alpha = to_tpu_scalar(alpha, out.scalar_type(), /*checked=*/false);
@@ -95,7 +108,8 @@ void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, cons
   std::vector<at::Tensor> operands{out, a.expand(out.sizes())};
   if (is_cpu_scalar(b)) {
     op.n_in = 1;
-    op.p.arith.other = to_tpu_scalar(b.item(), out.scalar_type(), /*checked=*/false);
+    const c10::Scalar value = b_in_compute_type ? b.item() : b.to(type).item();
+    op.p.arith.other = to_tpu_scalar(value, type, /*checked=*/false);
   } else {
     op.n_in = 2;
     operands.push_back(b.expand(out.sizes()));

@@ -77,9 +77,12 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
   TORCH_CHECK(src_tpu || src.is_cpu(), "copy_: cannot copy from a tensor on ", src.device());
 
   if (dst_tpu && src_tpu && dst.device() == src.device()) {
-    if (dst.is_alias_of(src) && dst.strides() == src.strides() && dst.storage_offset() == src.storage_offset() &&
-        dst.scalar_type() == src.scalar_type())
-      return;  // copying a view onto itself
+    // Copying a view onto itself (a single element, x[None] = x, whatever
+    // its strides say) is nothing to do.
+    const bool same_element = dst.numel() == 1 && dst.const_data_ptr() == src.const_data_ptr();
+    if (dst.is_alias_of(src) && dst.scalar_type() == src.scalar_type() &&
+        (same_element || (dst.strides() == src.strides() && dst.storage_offset() == src.storage_offset())))
+      return;
     at::assert_no_internal_overlap(dst);
     at::assert_no_partial_overlap(dst, src);
     if (dst.is_alias_of(src)) {

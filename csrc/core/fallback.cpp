@@ -110,17 +110,23 @@ std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op, cons
 }
 
 // PyTorch's cpu_fallback returns new tensors on the device of the first
-// tensor argument: a 0-dim CPU scalar in front (1.5 // x) would put the
-// result on the CPU. Scalars are moved to the operands' tpu device first;
-// a 0-dim tensor promotes alike on either device.
-void move_scalars_to(c10::Device device, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& args = op.schema().arguments();
-  const size_t first = stack->size() - args.size();
-  for (size_t i = 0; i < args.size(); i++) {
+// tensor argument: with a 0-dim CPU scalar in front (1.5 // x) the result
+// would land on the CPU. Fresh (non-aliasing) results are moved to the
+// operands' device afterwards; the scalar itself stays as it was, so that
+// it still promotes as a Python number.
+void move_results_to(c10::Device device, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& returns = op.schema().returns();
+  const size_t first = stack->size() - returns.size();
+  for (size_t i = 0; i < returns.size(); i++) {
+    if (returns[i].alias_info() != nullptr) continue;  // an argument, already where it belongs
     c10::IValue& iv = (*stack)[first + i];
-    const bool written = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
-    if (!written && iv.isTensor() && iv.toTensor().defined() && iv.toTensor().is_cpu() && iv.toTensor().dim() == 0)
+    if (iv.isTensor() && iv.toTensor().defined() && iv.toTensor().device() != device) {
       iv = c10::IValue(iv.toTensor().to(device));
+    } else if (iv.isTensorList()) {
+      c10::List<at::Tensor> list = iv.toTensorList();
+      for (size_t k = 0; k < list.size(); k++)
+        if (list.get(k).defined() && list.get(k).device() != device) list.set(k, list.get(k).to(device));
+    }
   }
 }
 
@@ -128,7 +134,6 @@ void move_scalars_to(c10::Device device, const c10::OperatorHandle& op, torch::j
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::optional<c10::Device> device = check_same_device(op, *stack);
-  if (device.has_value() && device->type() == c10::DeviceType::PrivateUse1) move_scalars_to(*device, op, stack);
   const std::string name = c10::toString(op.schema().operator_name());
   bool warn = false;
   {
@@ -141,8 +146,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (warn)
     TORCH_WARN(name, " has no native tpu kernel yet and runs on the CPU (copies in and out). "
                "torch.tpu.fallback_stats() counts these calls.");
+  const bool on_tpu = device.has_value() && device->type() == c10::DeviceType::PrivateUse1;
   if (!op.hasTag(at::Tag::nondeterministic_seeded)) {
     at::native::cpu_fallback(op, stack);
+    if (on_tpu) move_results_to(*device, op, stack);
     return;
   }
   // A random op: its randomness must come from the tpu generator. Explicit
@@ -172,6 +179,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     throw;
   }
   restore();
+  if (on_tpu) move_results_to(*device, op, stack);
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_stats() {

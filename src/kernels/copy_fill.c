@@ -1,8 +1,10 @@
 /* COPY (any dtype pair, any strides on both sides) and FILL.
  *
  * COPY converts per strided.h: same dtype copies the bytes (NaN payloads
- * kept); to f32/f16/bf16 through f32; to f64 through f64; to integers
- * through int64 (wrapping, float rules in strided.h); to bool, value != 0.
+ * kept); to f32/f16/bf16 through f32; to f64 through f64; integers to
+ * integers through int64 (wrapping); floats to integers as PyTorch's CPU
+ * backend does (tpu_k_f64_to_int: through int32 for i32/i16/i8, through
+ * int64 for i64/u8); to bool, value != 0.
  * FILL stores p.fill.value: .f for float outputs (rounded to out.dtype),
  * .i for integer outputs (wrapped), .i != 0 for bool.
  *
@@ -34,7 +36,7 @@ static inline __attribute__((always_inline)) void convert_one(char *out, tpu_dty
     case TPU_DTYPE_BF16: tpu_k_store_f32(out, odt, tpu_k_load_f32(in, idt)); return;
     case TPU_DTYPE_F64: tpu_k_store_f64(out, odt, tpu_k_load_f64(in, idt)); return;
     case TPU_DTYPE_BOOL: tpu_k_store_bool(out, odt, tpu_k_load_bool(in, idt)); return;
-    default: tpu_k_store_i64(out, odt, tpu_k_load_i64(in, idt)); return;
+    default: tpu_k_store_i64(out, odt, tpu_k_load_int(in, idt, odt)); return;
     }
 }
 

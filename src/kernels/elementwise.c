@@ -170,8 +170,8 @@ tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth) {
         return TPU_OK;
     default:
         for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
-            int64_t x = tpu_k_load_i64(tpu_k_ptr(a, it.off[1]), a->dtype);
-            int64_t y = b ? tpu_k_load_i64(tpu_k_ptr(b, it.off[2]), b->dtype) : other.i;
+            int64_t x = tpu_k_load_int(tpu_k_ptr(a, it.off[1]), a->dtype, o->dtype);
+            int64_t y = b ? tpu_k_load_int(tpu_k_ptr(b, it.off[2]), b->dtype, o->dtype) : other.i;
             int64_t r;
             if (!arith_i64(code, rnd, x, y, alpha.i, &r))
                 return div_by_zero();

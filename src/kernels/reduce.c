@@ -2,7 +2,8 @@
  *
  * Accumulation type follows out.dtype: f64 for float outputs (each input
  * loaded as f64), wrapping int64 for integer and bool outputs (each input
- * loaded as int64, the way PyTorch casts to the requested dtype first).
+ * converted to out's dtype first, as PyTorch does: floats per
+ * tpu_k_load_int, so sum(x, dtype=int32) of 3e9 adds INT32_MIN).
  * MEAN divides the f64 sum by the count; zero elements give SUM 0 and
  * MEAN NaN. The result is rounded once on store.
  *
@@ -72,7 +73,8 @@ tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
         } else {
             uint64_t acc = 0; /* unsigned: integer sums wrap */
             for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner))
-                acc += (uint64_t)tpu_k_load_i64(tpu_k_ptr(in, base + inner.off[0]), in->dtype);
+                acc += (uint64_t)tpu_k_load_int(tpu_k_ptr(in, base + inner.off[0]), in->dtype,
+                                                o->dtype);
             tpu_k_store_i64(dst, o->dtype, tpu_k_u64_to_i64(acc));
         }
     }

@@ -1,16 +1,165 @@
-/* Kernel tests: dtype basics, f16/bf16 conversion edge cases (every half
- * pattern, ties, overflow, underflow, random floats against the
- * independent rounding in kernel_test.h), Philox known answers and
+/* Kernel tests: dtype basics, float -> integer conversion of out-of-range
+ * values against PyTorch's CPU backend, f16/bf16 conversion edge cases
+ * (every half pattern, ties, overflow, underflow, random floats against
+ * the independent rounding in kernel_test.h), Philox known answers and
  * random-number statistics. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "kernel_test.h"
+#include "strided.h"
 
 /* ------------------------------------------------ dtype conversions */
+
+/* Float -> integer: what PyTorch's CPU backend (torch 2.13, x86) gives,
+ * measured with torch and written down here, for values exactly
+ * representable in f32, bf16 and f64 (f16 turns those above 65504 into
+ * infinities). Columns: int8, int16, int32, int64, uint8, bool. */
+enum { N_INT_DTYPES = 6 };
+static const tpu_dtype k_int_dtypes[N_INT_DTYPES] = {I8, I16, I32, I64, U8, BOOL};
+typedef struct {
+    double v;
+    int64_t want[N_INT_DTYPES];
+} f2i_row;
+static const f2i_row k_f2i_rows[] = {
+    {0x1.6p31, {0, 0, INT32_MIN, 2952790016, 0, 1}},
+    {-0x1.6p31, {0, 0, INT32_MIN, -2952790016, 0, 1}},
+    {0x1.3p32, {0, 0, INT32_MIN, 5100273664, 0, 1}},
+    {0x1p63, {0, 0, INT32_MIN, INT64_MIN, 0, 1}},
+    {-0x1p63, {0, 0, INT32_MIN, INT64_MIN, 0, 1}},
+    {0x1p100, {0, 0, INT32_MIN, INT64_MIN, 0, 1}},
+    {INFINITY, {0, 0, INT32_MIN, INT64_MIN, 0, 1}},
+    {-INFINITY, {0, 0, INT32_MIN, INT64_MIN, 0, 1}},
+    {NAN, {0, 0, INT32_MIN, INT64_MIN, 0, 1}},
+    {73216.0, {0, 7680, 73216, 73216, 0, 1}},
+    {300.0, {44, 300, 300, 300, 44, 1}},
+    {-300.0, {-44, -300, -300, -300, 212, 1}},
+    {255.0, {-1, 255, 255, 255, 255, 1}},
+    {-129.0, {127, -129, -129, -129, 127, 1}},
+    {-2.5, {-2, -2, -2, -2, 254, 1}},
+    {2.75, {2, 2, 2, 2, 2, 1}},
+    {0.5, {0, 0, 0, 0, 0, 1}},
+    {-0.0, {0, 0, 0, 0, 0, 0}},
+};
+enum { N_F2I_ROWS = sizeof k_f2i_rows / sizeof k_f2i_rows[0], F2I_ROW_INF = 6 };
+
+/* f64 only: uint8 goes through int64 (4294967301 -> 5), int8 through
+ * int32 (-> 0); the int32 range ends at -2^31 - 1 exclusive. */
+static const f2i_row k_f2i_rows_f64[] = {
+    {4294967301.0, {0, 0, INT32_MIN, 4294967301, 5, 1}},
+    {-2147483648.75, {0, 0, INT32_MIN, INT32_MIN, 0, 1}},
+    {2147483647.5, {-1, -1, 2147483647, 2147483647, 255, 1}},
+    {-2147483649.0, {0, 0, INT32_MIN, -2147483649, 255, 1}},
+};
+
+/* Stores v as float dtype dt (exactly, for the table's values). */
+static void f2i_store(unsigned char *p, tpu_dtype dt, double v) {
+    switch (dt) {
+    case F32: { float f = (float)v; memcpy(p, &f, 4); return; }
+    case F64: memcpy(p, &v, 8); return;
+    case F16: { uint16_t h = tpu_f32_to_f16((float)v); memcpy(p, &h, 2); return; }
+    default: { uint16_t h = tpu_f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
+    }
+}
+
+/* Reads an integer element of dtype dt. */
+static int64_t f2i_read(const unsigned char *p, tpu_dtype dt) {
+    switch (dt) {
+    case I8: return (int8_t)p[0];
+    case U8:
+    case BOOL: return p[0];
+    case I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    default: { int64_t v; memcpy(&v, p, 8); return v; }
+    }
+}
+
+/* The scalar conversions at the edges of the int32 and int64 ranges. */
+static void test_f2i_scalar_edges(void) {
+    CHECK(tpu_k_f64_to_i32(nextafter(0x1p31, 0)) == INT32_MAX);
+    CHECK(tpu_k_f64_to_i32(0x1p31) == INT32_MIN);
+    CHECK(tpu_k_f64_to_i32(-0x1p31) == INT32_MIN);
+    CHECK(tpu_k_f64_to_i32(nextafter(-0x1p31 - 1.0, 0)) == INT32_MIN);
+    CHECK(tpu_k_f64_to_i32(-0x1p31 - 1.0) == INT32_MIN);
+    CHECK(tpu_k_f64_to_i32(-0.99) == 0 && tpu_k_f64_to_i32(NAN) == INT32_MIN);
+    CHECK(tpu_k_f64_to_i64(nextafter(0x1p63, 0)) == INT64_MAX - 1023);
+    CHECK(tpu_k_f64_to_i64(0x1p63) == INT64_MIN && tpu_k_f64_to_i64(-0x1p63) == INT64_MIN);
+    CHECK(tpu_k_f64_to_i64(nextafter(-0x1p63, 0)) == INT64_MIN + 1024);
+    CHECK(tpu_k_f64_to_i64(-INFINITY) == INT64_MIN && tpu_k_f64_to_i64(NAN) == INT64_MIN);
+    CHECK(tpu_k_f64_to_int(3e9, I8) == INT32_MIN && tpu_k_f64_to_int(3e9, U8) == 3000000000);
+    CHECK(tpu_k_f64_to_int(NAN, BOOL) == 1 && tpu_k_f64_to_int(-0.0, BOOL) == 0);
+}
+
+/* COPY from every float dtype to every integer dtype and bool matches the
+ * CPU backend's table, for sizes 1, 7 and 1000, contiguous and strided on
+ * either side, on the reference and fast paths, split 1 and 3 ways.
+ * Element i holds row (i + shift) % rows, so vector lanes mix values. */
+static void test_f2i_copy_matches_cpu(void) {
+    static const tpu_dtype srcs[] = {F32, F64, F16, BF16};
+    static const int64_t ns[] = {1, 7, 1000};
+    enum { MAXN = 1000, MAXSTEP = 3 };
+    unsigned char *in = calloc(MAXN * MAXSTEP, 8), *out = calloc(MAXN * MAXSTEP, 8);
+    int bad = 0;
+    for (size_t si = 0; si < sizeof srcs / sizeof srcs[0]; si++) {
+        tpu_dtype sdt = srcs[si];
+        const f2i_row *rows = sdt == F64 ? k_f2i_rows_f64 : k_f2i_rows;
+        int nrows = sdt == F64 ? (int)(sizeof k_f2i_rows_f64 / sizeof k_f2i_rows_f64[0])
+                               : N_F2I_ROWS;
+        for (int pass = 0; pass < (sdt == F64 ? 2 : 1); pass++) {
+            if (pass == 1) { /* f64 runs the common table too */
+                rows = k_f2i_rows;
+                nrows = N_F2I_ROWS;
+            }
+            for (int di = 0; di < N_INT_DTYPES; di++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (int lay = 0; lay < 3; lay++)
+                        for (int w = 0; w < 4; w++) {
+                            tpu_dtype odt = k_int_dtypes[di];
+                            int64_t n = ns[ni], is = lay == 1 ? 3 : 1, os = lay == 2 ? 2 : 1;
+                            size_t ies = tpu_dtype_size(sdt), oes = tpu_dtype_size(odt);
+                            for (int64_t i = 0; i < n; i++)
+                                f2i_store(in + i * is * (int64_t)ies, sdt,
+                                          rows[(i + lay) % nrows].v);
+                            memset(out, 0x5a, MAXN * MAXSTEP * 8);
+                            tpu_op op;
+                            memset(&op, 0, sizeof op);
+                            op.code = TPU_OP_COPY;
+                            op.n_in = 1;
+                            op.in[0] = (tpu_tensor){.data = in, .sizes = {n}, .strides = {is},
+                                                    .ndim = 1, .dtype = sdt, .storage = in,
+                                                    .storage_nbytes = MAXN * MAXSTEP * 8};
+                            op.out = (tpu_tensor){.data = out, .sizes = {n}, .strides = {os},
+                                                  .ndim = 1, .dtype = odt, .storage = out,
+                                                  .storage_nbytes = MAXN * MAXSTEP * 8};
+                            tpu_kernels_set_reference(w & 1);
+                            CHECK_OK(tpu_op_check(&op));
+                            CHECK_OK(run_shares(&op, w < 2 ? 1 : 3));
+                            for (int64_t i = 0; i < n; i++) {
+                                const f2i_row *r = &rows[(i + lay) % nrows];
+                                bool inf16 = sdt == F16 && fabs(r->v) > 65504.0;
+                                int64_t want = inf16 ? k_f2i_rows[F2I_ROW_INF].want[di]
+                                                     : r->want[di];
+                                int64_t got = f2i_read(out + i * os * (int64_t)oes, odt);
+                                if (got != want && bad++ < 5)
+                                    fprintf(stderr,
+                                            "copy %s -> %s n=%lld layout %d: %g gave %lld, "
+                                            "want %lld\n",
+                                            tpu_dtype_name(sdt), tpu_dtype_name(odt),
+                                            (long long)n, lay, r->v, (long long)got,
+                                            (long long)want);
+                            }
+                        }
+        }
+    }
+    tpu_kernels_set_reference(false);
+    CHECK(bad == 0);
+    free(in);
+    free(out);
+}
 
 static void test_dtype_basics(void) {
     CHECK(tpu_dtype_size(TPU_DTYPE_BF16) == 2 && tpu_dtype_size(TPU_DTYPE_I64) == 8);
@@ -174,7 +323,7 @@ static void test_random_stats(void) {
                 tpu_kernels_set_reference(w == 1);
                 tpu_k_set_portable_only(w == 3);
                 memset(again, 0, bytes);
-                op.out.data = again;
+                op.out.data = op.out.storage = again;
                 CHECK_OK(run_shares(&op, nths[w]));
                 tpu_k_set_portable_only(false);
                 CHECK(memcmp(buf, again, bytes) == 0);
@@ -225,6 +374,8 @@ static void test_random_stats(void) {
 int main(void) {
     test_dtype_basics();
     test_f16_exhaustive();
+    test_f2i_scalar_edges();
+    test_f2i_copy_matches_cpu();
     test_f16_rounding();
     test_bf16_rounding();
     test_philox_kat();
