@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git ls-files -z | xargs -0 cp --parents -t "$work"
 cd "$work"
-SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize=vptr"
+SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize=vptr"
 CFLAGS="$SAN" LDFLAGS="-fsanitize=address,undefined" MAX_JOBS=${MAX_JOBS:-2} \
   python setup.py -q build_clib build_ext --inplace > build.log 2>&1 || { tail -50 build.log; exit 1; }
 # Python itself is not instrumented: preload the runtimes, and skip leak

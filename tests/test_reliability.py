@@ -246,7 +246,8 @@ def _same(fn, *cpu_args):
 @pytest.mark.parametrize("tensor_dtype", _DTYPES, ids=str)
 def test_zero_dim_device_operands_match_cpu(tensor_dtype):
     """A 0-dim tpu tensor beside a tensor, of every dtype, in both operand
-    orders, for the native binary ops (including in-place), matches the CPU
+    orders, for the native binary ops (including in-place, fill_ and
+    copy_), matches the CPU
     backend bit for bit: the 0-dim operand is converted as TensorIterator
     and the CPU kernels convert it. Python scalars too."""
     ops = [
@@ -260,6 +261,7 @@ def test_zero_dim_device_operands_match_cpu(tensor_dtype):
         lambda a, b: a.clone().add_(b), lambda a, b: a.clone().mul_(b), lambda a, b: a.clone().div_(b),
         lambda a, b: a.clone().div_(b, rounding_mode="trunc"),
         lambda a, b: a.clone().div_(b, rounding_mode="floor"),
+        lambda a, b: a.clone().fill_(b), lambda a, b: a.clone().copy_(b),
     ]
     t = _values(tensor_dtype)
     with warnings.catch_warnings():

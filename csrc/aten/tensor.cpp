@@ -152,7 +152,10 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
 at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
               " dimensions.");
-  return fill_scalar(self, value.item());
+  // As on the CPU backend, the value converts as a copy would (int64 300
+  // fills an int8 tensor with 44), not with fill_.Scalar's overflow check.
+  if (value.is_complex()) return fill_scalar(self, value.item());  // refused there, with its message
+  return fill_scalar(self, value.to(self.scalar_type()).item());
 }
 
 at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
