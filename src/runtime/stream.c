@@ -68,6 +68,10 @@ struct tpu_stream {
     pthread_cond_t work_cv;  /* the worker waits for a runnable head */
     pthread_cond_t done_cv;  /* waiters for completed_seq */
     pthread_cond_t space_cv; /* submitters waiting for a free slot */
+    /* Who sleeps on each condition, under lock: a signal nobody waits for
+     * is skipped, which spares a futex call on every queued record. */
+    bool worker_sleeping;
+    int done_waiters, space_waiters;
     /* The ring, under lock: `count` queued entries from slot `head` on.
      * The worker runs the head entry in place and frees its slot after
      * it has run, so a submitter never overwrites a running entry. */
@@ -114,8 +118,10 @@ void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
         return;
     tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
+    s->done_waiters++;
     while (atomic_load_explicit(&s->completed_seq, memory_order_relaxed) < seq)
         pthread_cond_wait(&s->done_cv, &s->lock);
+    s->done_waiters--;
     pthread_mutex_unlock(&s->lock);
     tpu_rt_wait_end(token);
 }
@@ -126,9 +132,11 @@ static void complete_locked(tpu_stream *s, uint64_t seq) {
     assert(seq == atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1);
     /* Release: publishes the record's effects to acquiring readers. */
     atomic_store_explicit(&s->completed_seq, seq, memory_order_release);
-    pthread_cond_broadcast(&s->done_cv);
+    if (s->done_waiters > 0)
+        pthread_cond_broadcast(&s->done_cv);
     /* The worker may be waiting for an inline record to finish. */
-    pthread_cond_signal(&s->work_cv);
+    if (s->worker_sleeping)
+        pthread_cond_signal(&s->work_cv);
 }
 
 /* ---------------------------------------------------------------- errors */
@@ -199,8 +207,11 @@ static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
     pthread_mutex_lock(&s->lock);
     for (;;) {
-        while (!head_runnable_locked(s))
+        while (!head_runnable_locked(s)) {
+            s->worker_sleeping = true;
             pthread_cond_wait(&s->work_cv, &s->lock);
+            s->worker_sleeping = false;
+        }
         entry *e = &s->ring[s->head];
         pthread_mutex_unlock(&s->lock);
 
@@ -217,7 +228,8 @@ static void *stream_worker(void *arg) {
         /* Free the slot; a submitter may be waiting for it. */
         s->head = (s->head + 1) % TPU_STREAM_RING_SLOTS;
         s->count--;
-        pthread_cond_signal(&s->space_cv);
+        if (s->space_waiters > 0)
+            pthread_cond_signal(&s->space_cv);
     }
     return NULL;
 }
@@ -235,8 +247,10 @@ static void enqueue(tpu_stream *s, const entry *proto, uint64_t *seq) {
         pthread_mutex_unlock(&s->lock);
         tpu_wait_token token = tpu_rt_wait_begin();
         pthread_mutex_lock(&s->lock);
+        s->space_waiters++;
         while (s->count == TPU_STREAM_RING_SLOTS)
             pthread_cond_wait(&s->space_cv, &s->lock);
+        s->space_waiters--;
         pthread_mutex_unlock(&s->lock);
         tpu_rt_wait_end(token);
         pthread_mutex_lock(&s->lock);
@@ -248,7 +262,8 @@ static void enqueue(tpu_stream *s, const entry *proto, uint64_t *seq) {
     atomic_store_explicit(&s->submitted_seq, e->seq, memory_order_relaxed);
     s->count++;
     /* Only one thread ever waits on work_cv, the worker. */
-    pthread_cond_signal(&s->work_cv);
+    if (s->worker_sleeping)
+        pthread_cond_signal(&s->work_cv);
     if (seq)
         *seq = e->seq;
     pthread_mutex_unlock(&s->lock);
