@@ -279,6 +279,28 @@ def test_zero_dim_device_operands_match_cpu(tensor_dtype):
                 _same(lambda a: op(number, a), t)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+def test_rounded_half_division_matches_cpu_bit_for_bit(dtype, mode):
+    """f16/bf16 division with rounding: the CPU backend divides tensors in
+    the 16-bit type (each step rounded) and divides by a scalar, or any
+    one-element op, in f32; the device gives the same bits in each case."""
+    gen = torch.Generator().manual_seed(7)
+    a = (torch.randn(2000, generator=gen) * 3000).to(dtype)
+    b = (torch.randn(2000, generator=gen) * 5).to(dtype)
+    cases = {
+        "tensor": lambda x, y: torch.div(x, y, rounding_mode=mode),
+        "strided": lambda x, y: torch.div(x[::3], y[1::3], rounding_mode=mode),
+        "python_scalar": lambda x, y: torch.div(x, 3.3, rounding_mode=mode),
+        "zero_dim": lambda x, y: torch.div(x, y[5].clone(), rounding_mode=mode),
+        "one_element": lambda x, y: torch.div(x[:1], y[:1], rounding_mode=mode),
+    }
+    for name, fn in cases.items():
+        want = fn(a, b)
+        got = fn(a.to("tpu"), b.to("tpu")).cpu()
+        assert torch.equal(got, want), name
+
+
 # ------------------------------------------------------------ 4. devices
 
 def test_fallback_rejects_operands_on_different_devices():

@@ -68,12 +68,54 @@ static double div_floor_f64(double a, double b) {
     return floordiv;
 }
 
-static inline float arith_f32(tpu_op_code code, tpu_rounding rnd, float a, float b, float alpha) {
+/* v rounded to the precision of a 16-bit float dtype (f32: unchanged). */
+static inline float round_to(float v, tpu_dtype dt) {
+    if (dt == TPU_DTYPE_F16)
+        return tpu_f16_to_f32(tpu_f32_to_f16(v));
+    return dt == TPU_DTYPE_BF16 ? tpu_k_round_bf16(v) : v;
+}
+
+/* Rounded division of f16/bf16, as PyTorch's vectorised CPU kernels do it:
+ * in the 16-bit type, every step rounded to it (the quotient before trunc;
+ * each step of div_floor_floating for floor). Its scalar kernel, which
+ * only one-element tensors reach, computes in f32 instead; the vectorised
+ * results are the ones users see, so the device gives those. */
+static float div_rounded_16(tpu_rounding rnd, float a, float b, tpu_dtype dt) {
+    if (rnd == TPU_ROUND_TRUNC || b == 0.0f)
+        return rnd == TPU_ROUND_TRUNC ? truncf(round_to(a / b, dt)) : round_to(a / b, dt);
+    float mod = round_to(fmodf(a, b), dt);
+    float div = round_to(round_to(a - mod, dt) / b, dt);
+    if (mod != 0.0f && (b < 0.0f) != (mod < 0.0f))
+        div = round_to(div - 1.0f, dt);
+    if (div == 0.0f)
+        return copysignf(0.0f, round_to(a / b, dt));
+    float floordiv = floorf(div);
+    if (round_to(div - floordiv, dt) > 0.5f)
+        floordiv = round_to(floordiv + 1.0f, dt);
+    return floordiv;
+}
+
+/* The dtype whose precision the steps of a rounded division take: out's,
+ * unless the divisor is one value for the whole op (a scalar operand, a
+ * broadcast one-element tensor, or any op with one output element), which
+ * PyTorch's CPU kernels divide by in f32 (their is_scalar path). */
+static tpu_dtype div_step_dtype(const tpu_op *op) {
+    bool scalar_b = op->n_in == 1 || tpu_k_is_scalar_broadcast(&op->in[1]);
+    return scalar_b ? TPU_DTYPE_F32 : op->out.dtype;
+}
+
+/* The f32 compute of f32/f16/bf16 outputs; results are rounded to out's
+ * dtype on store, once, except in rounded division with 16-bit steps
+ * (odt f16/bf16, see div_rounded_16). */
+static inline float arith_f32(tpu_op_code code, tpu_rounding rnd, float a, float b, float alpha,
+                              tpu_dtype odt) {
     switch (code) {
     case TPU_OP_ADD: return alpha == 1.0f ? a + b : fmaf(alpha, b, a);
     case TPU_OP_SUB: return alpha == 1.0f ? a - b : fmaf(-alpha, b, a);
     case TPU_OP_MUL: return a * b;
     default:
+        if (rnd != TPU_ROUND_NONE && odt != TPU_DTYPE_F32)
+            return div_rounded_16(rnd, a, b, odt);
         return rnd == TPU_ROUND_NONE ? a / b : rnd == TPU_ROUND_TRUNC ? truncf(a / b)
                                                                       : div_floor_f32(a, b);
     }
@@ -141,6 +183,7 @@ tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth) {
     tpu_rounding rnd = op->p.arith.rounding;
     const tpu_scalar alpha = op->p.arith.alpha, other = op->p.arith.other;
 
+    const tpu_dtype step_dt = div_step_dtype(op);
     /* One loop per compute type: load, compute, store, per element. */
     switch (o->dtype) {
     case TPU_DTYPE_F32:
@@ -150,7 +193,7 @@ tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth) {
             float x = tpu_k_load_f32(tpu_k_ptr(a, it.off[1]), a->dtype);
             float y = b ? tpu_k_load_f32(tpu_k_ptr(b, it.off[2]), b->dtype) : (float)other.f;
             tpu_k_store_f32(tpu_k_ptr(o, it.off[0]), o->dtype,
-                            arith_f32(code, rnd, x, y, (float)alpha.f));
+                            arith_f32(code, rnd, x, y, (float)alpha.f, step_dt));
         }
         return TPU_OK;
     case TPU_DTYPE_F64:
@@ -192,9 +235,9 @@ typedef struct {
 
 /* Portable flat loop: the same scalar arithmetic as the reference. */
 static void f32_flat_plain(tpu_op_code code, tpu_rounding rnd, float alpha, float *o, flat_f32 a,
-                           flat_f32 b, int64_t n) {
+                           flat_f32 b, int64_t n, tpu_dtype odt) {
     for (int64_t i = 0; i < n; i++)
-        o[i] = arith_f32(code, rnd, a.p[i * a.step], b.p[i * b.step], alpha);
+        o[i] = arith_f32(code, rnd, a.p[i * a.step], b.p[i * b.step], alpha, odt);
 }
 
 #if TPU_K_X86
@@ -220,20 +263,22 @@ __attribute__((target("avx2,fma"))) static void f32_flat_avx2(tpu_op_code code, 
         _mm256_storeu_ps(o + i, r);
     }
     for (; i < n; i++)
-        o[i] = arith_f32(code, TPU_ROUND_NONE, a.p[i * a.step], b.p[i * b.step], alpha);
+        o[i] = arith_f32(code, TPU_ROUND_NONE, a.p[i * a.step], b.p[i * b.step], alpha,
+                         TPU_DTYPE_F32);
 }
 #endif
 
-/* The f32 loop for one run: AVX2 where it has the op, else portable. */
+/* The f32 loop for one run of an odt output: AVX2 where it has the op,
+ * else portable. */
 static void f32_run(tpu_op_code code, tpu_rounding rnd, float alpha, float *o, flat_f32 a,
-                    flat_f32 b, int64_t n) {
+                    flat_f32 b, int64_t n, tpu_dtype odt) {
 #if TPU_K_X86
     if ((code != TPU_OP_DIV || rnd == TPU_ROUND_NONE) && tpu_k_cpu_has_avx2_fma()) {
         f32_flat_avx2(code, alpha, o, a, b, n);
         return;
     }
 #endif
-    f32_flat_plain(code, rnd, alpha, o, a, b, n);
+    f32_flat_plain(code, rnd, alpha, o, a, b, n, odt);
 }
 
 /* An input of a run: element j is at p + j * step elements of dtype dt
@@ -266,7 +311,7 @@ static void mixed_run(const tpu_op *op, char *po, tpu_dtype odt, run_in a, run_i
         /* Load (convert) both inputs before the store: out may be in[0]. */
         flat_f32 fa = stage_f32(a, off, len, abuf), fb = stage_f32(b, off, len, bbuf);
         float *dst = odt == TPU_DTYPE_F32 ? (float *)po + off : obuf;
-        f32_run(code, rnd, alpha, dst, fa, fb, len);
+        f32_run(code, rnd, alpha, dst, fa, fb, len, div_step_dtype(op));
         if (odt != TPU_DTYPE_F32)
             tpu_k_cvt_from_f32(po + off * 2, odt, obuf, len);
     }
