@@ -75,7 +75,7 @@ def test_missing_chip_is_a_clear_error(tmp_path):
         """,
         {"TORCH_TPU_CHIPS": "1"},
     )
-    assert "device_count() is 1" in r.stdout, r.stdout + r.stderr
+    assert "invalid device index tpu:1 (this process has 1 tpu chip" in r.stdout, r.stdout + r.stderr
 
 
 def test_safetensors_load_onto_tpu(tmp_path):

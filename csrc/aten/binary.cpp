@@ -42,10 +42,7 @@ c10::DeviceIndex common_chip(const BinaryKind& k, const at::Tensor& a, const at:
 // straight to the kernel's compute type for a `to` result (f32 for
 // f32/f16/bf16, f64, i64 for integers) as converted to `to` first.
 bool loads_as(at::ScalarType from, at::ScalarType to) {
-  if (from == to || to == at::kFloat || to == at::kDouble) return true;  // computes in `to` itself
-  if (at::isReducedFloatingType(to))  // exact in f16 and bf16: bool, uint8, int8
-    return from == at::kBool || from == at::kByte || from == at::kChar;
-  return at::isIntegralType(from, /*includeBool=*/true) && at::promoteTypes(from, to) == to;  // no wrap
+  return to == at::kFloat || to == at::kDouble || converts_exactly(from, to);  // f32, f64: computes in `to`
 }
 
 at::ScalarType result_dtype(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b,
@@ -59,6 +56,12 @@ at::ScalarType result_dtype(const BinaryKind& k, const at::Tensor& a, const at::
 void check_operands(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b, at::ScalarType type,
                     const c10::Scalar& alpha, tpu_rounding rounding) {
   TORCH_CHECK_TYPE(!a.is_complex() && !b.is_complex(), k.name, ": complex tensors are not supported on tpu yet");
+  for (at::ScalarType t : {a.scalar_type(), b.scalar_type(), type}) {
+    tpu_dtype dt;
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t, &dt), k.name, ": tpu does not support dtype ", t);
+  }
+  check_in_storage(a, k.name);
+  check_in_storage(b, k.name);
   // As on the CPU backend: rounded division has no bool kernel.
   TORCH_CHECK_NOT_IMPLEMENTED(k.code != TPU_OP_DIV || rounding == TPU_ROUND_NONE || type != at::kBool, k.name,
                               ": rounding_mode='", rounding == TPU_ROUND_TRUNC ? "trunc" : "floor",
@@ -144,13 +147,27 @@ void run_into(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out,
   copy_tensor(out, tmp, false);
 }
 
+// The result of a functional op is laid out like its first full-shape
+// dense tpu operand (a transposed input gives a transposed result), as
+// TensorIterator lays out CPU and CUDA results; contiguous otherwise.
+at::Tensor empty_result(const at::Tensor& a, const at::Tensor& b, at::IntArrayRef shape,
+                        const at::TensorOptions& options) {
+  for (const at::Tensor* t : {&a, &b}) {
+    if (t->device().type() != kTpu || t->sizes() != shape) continue;
+    if (t->is_non_overlapping_and_dense() && !t->is_contiguous())
+      return at::empty_strided(shape, t->strides(), options);
+    break;
+  }
+  return at::empty(shape, options);
+}
+
 at::Tensor functional(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha,
                       tpu_rounding rounding) {
   const c10::DeviceIndex chip = common_chip(k, a, b, nullptr);
   const at::ScalarType type = result_dtype(k, a, b, rounding);
   check_operands(k, a, b, type, alpha, rounding);
   const auto shape = at::infer_size(a.sizes(), b.sizes());
-  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(type).device(kTpu, chip));
+  at::Tensor out = empty_result(a, b, shape, at::TensorOptions().dtype(type).device(kTpu, chip));
   run(k, chip, out, a, b, alpha, rounding);
   return out;
 }
@@ -160,6 +177,7 @@ at::Tensor& out_variant(const BinaryKind& k, const at::Tensor& a, const at::Tens
   const c10::DeviceIndex chip = common_chip(k, a, b, &out);
   const at::ScalarType type = result_dtype(k, a, b, rounding);
   check_operands(k, a, b, type, alpha, rounding);
+  check_in_storage(out, k.name);
   TORCH_CHECK(at::canCast(type, out.scalar_type()), "result type ", type, " can't be cast to the desired output type ",
               out.scalar_type());
   at::native::resize_output(out, at::infer_size(a.sizes(), b.sizes()));

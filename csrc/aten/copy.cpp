@@ -61,15 +61,19 @@ void check_copy_dtypes(const at::Tensor& dst, const at::Tensor& src) {
   TORCH_CHECK_TYPE(!src.is_complex() || dst.is_complex(), "copy_: cannot copy a complex ", src.scalar_type(),
                    " tensor into a real ", dst.scalar_type(), " tpu tensor");
   tpu_dtype d;
-  TORCH_CHECK_TYPE(to_tpu_dtype(src.scalar_type(), &d), "copy_: tpu does not support dtype ", src.scalar_type());
-  TORCH_CHECK_TYPE(to_tpu_dtype(dst.scalar_type(), &d), "copy_: tpu does not support dtype ", dst.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(src.scalar_type(), &d), "copy_: tpu does not support dtype ",
+                              src.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(dst.scalar_type(), &d), "copy_: tpu does not support dtype ",
+                              dst.scalar_type());
 }
 
 }  // namespace
 
 void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_blocking) {
+  check_in_storage(dst, "copy_");
+  check_in_storage(src_in, "copy_");
+  const at::Tensor src = src_in.expand_as(dst);  // raises for shapes that do not broadcast, even if empty
   if (dst.numel() == 0) return;
-  const at::Tensor src = src_in.expand_as(dst);
   check_copy_dtypes(dst, src);
   const bool dst_tpu = dst.device().type() == kTpu;
   const bool src_tpu = src.device().type() == kTpu;
@@ -77,14 +81,16 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
   TORCH_CHECK(src_tpu || src.is_cpu(), "copy_: cannot copy from a tensor on ", src.device());
 
   if (dst_tpu && src_tpu && dst.device() == src.device()) {
+    at::assert_no_internal_overlap(dst);
     // Copying a view onto itself (a single element, x[None] = x, whatever
     // its strides say) is nothing to do.
     const bool same_element = dst.numel() == 1 && dst.const_data_ptr() == src.const_data_ptr();
     if (dst.is_alias_of(src) && dst.scalar_type() == src.scalar_type() &&
         (same_element || (dst.strides() == src.strides() && dst.storage_offset() == src.storage_offset())))
       return;
-    at::assert_no_internal_overlap(dst);
-    at::assert_no_partial_overlap(dst, src);
+    // Against the source as given, before broadcasting, as TensorIterator
+    // checks it: x[None].copy_(x) overlaps partly.
+    at::assert_no_partial_overlap(dst, src_in);
     if (dst.is_alias_of(src)) {
       // Fully overlapping but differently laid out: go through a temporary.
       copy_tensor(dst, src.clone(), non_blocking);

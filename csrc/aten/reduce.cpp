@@ -69,8 +69,22 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
   submit(self.device().index(), op, k.name);
 }
 
+// PyTorch's sum casts the input to the result dtype first (sum(x,
+// dtype=f16) of [1e5, -1e5, 1] is nan): where that cast is inexact, do it
+// too, instead of accumulating the exact values. Its mean computes in at
+// least f32 and does not; nor does the kernel.
+at::Tensor cast_input(const ReduceKind& k, const at::Tensor& self, at::ScalarType type) {
+  if (k.code != TPU_OP_SUM || converts_exactly(self.scalar_type(), type)) return self;
+  return self.to(type);
+}
+
 void check_inputs(const ReduceKind& k, const at::Tensor& self, at::ScalarType out_type) {
   TORCH_CHECK_TYPE(!self.is_complex(), k.name, ": complex tensors are not supported on tpu yet");
+  for (at::ScalarType t : {self.scalar_type(), out_type}) {
+    tpu_dtype dt;
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t, &dt), k.name, ": tpu does not support dtype ", t);
+  }
+  check_in_storage(self, k.name);
   if (k.code == TPU_OP_MEAN)
     TORCH_CHECK(at::isFloatingType(out_type),
                 "mean(): could not infer output dtype. ",
@@ -83,7 +97,7 @@ at::Tensor functional(const ReduceKind& k, const at::Tensor& self, at::OptionalI
   check_inputs(k, self, type);
   const uint32_t mask = reduce_mask(self, dims);
   at::Tensor out = at::empty(reduced_shape(self, mask, keepdim), self.options().dtype(type));
-  run(k, self, mask, keepdim, out);
+  run(k, cast_input(k, self, type), mask, keepdim, out);
   return out;
 }
 
@@ -91,6 +105,9 @@ at::Tensor& out_variant(const ReduceKind& k, const at::Tensor& self, at::Optiona
                         std::optional<at::ScalarType> dtype, at::Tensor& out) {
   TORCH_CHECK(out.device() == self.device(), k.name, ": expected out on ", self.device(), ", got ", out.device());
   const at::ScalarType type = dtype.value_or(out.scalar_type());
+  // Without a dtype, mean infers it from the input (an integer input is an
+  // error whatever out is), as on the CPU.
+  check_inputs(k, self, k.code == TPU_OP_MEAN && !dtype.has_value() ? self.scalar_type() : type);
   check_inputs(k, self, type);
   TORCH_CHECK(!dtype.has_value() || *dtype == out.scalar_type(), k.name, ": expected out dtype ", *dtype,
               " but got ", out.scalar_type());
@@ -105,7 +122,7 @@ at::Tensor& out_variant(const ReduceKind& k, const at::Tensor& self, at::Optiona
   }
   at::native::resize_output(out, reduced_shape(self, mask, keepdim));
   at::assert_no_internal_overlap(out);
-  run(k, self, mask, keepdim, out);
+  run(k, cast_input(k, self, type), mask, keepdim, out);
   return out;
 }
 

@@ -130,6 +130,10 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() == 0) return self;
+  tpu_dtype dt;
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(self.scalar_type(), &dt), "fill_: tpu does not support dtype ",
+                              self.scalar_type());
+  check_in_storage(self, "fill_");
   TORCH_CHECK_TYPE(!value.isComplex(), "fill_: cannot fill a ", self.scalar_type(),
                    " tensor with the complex value ", value);
   // Every element gets the same value, so an expanded tensor (PyTorch's
@@ -154,6 +158,8 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
               " dimensions.");
   // As on the CPU backend, the value converts as a copy would (int64 300
   // fills an int8 tensor with 44), not with fill_.Scalar's overflow check.
+  // The Tensor overload, unlike the Scalar one, refuses an expanded self.
+  at::assert_no_internal_overlap(self);
   if (value.is_complex()) return fill_scalar(self, value.item());  // refused there, with its message
   return fill_scalar(self, value.to(self.scalar_type()).item());
 }

@@ -82,7 +82,8 @@ void derive_cpu_generators(const c10::OperatorHandle& op, torch::jit::Stack* sta
 // operands on one device, except 0-dim CPU tensors (scalars, as
 // TensorIterator takes them) and CPU index tensors of the index ops
 // (x[cpu_mask] works on CUDA). Raises PyTorch's own "Expected all tensors
-// to be on the same device" error, naming the argument. Returns the one
+// to be on the same device" error, naming the argument. Also refuses, naming
+// the op, a tpu tensor that does not fit in its storage. Returns the one
 // device of the non-scalar operands, if any.
 std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const auto& args = op.schema().arguments();
@@ -92,6 +93,7 @@ std::optional<c10::Device> check_same_device(const c10::OperatorHandle& op, cons
   auto check = [&](const at::Tensor& t, const c10::Argument& arg, bool cpu_ok) {
     if (!t.defined() || (t.is_cpu() && (cpu_ok || t.dim() == 0))) return;
     c10::impl::check_and_update_common_device(common, t, method.c_str(), arg.name().c_str());
+    if (t.device().type() == c10::DeviceType::PrivateUse1) check_in_storage(t, method.c_str());
   };
   for (size_t i = 0; i < args.size(); i++) {
     const c10::IValue& iv = stack[first + i];

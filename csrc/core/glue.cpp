@@ -5,6 +5,7 @@
 #include <ATen/Dispatch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <functional>
 #include <string>
@@ -114,9 +115,49 @@ void set_storage_bounds(const at::Tensor& t, tpu_tensor& d) {
 }
 }  // namespace
 
+void check_in_storage(const at::Tensor& t, const char* op) {
+  if (!t.defined() || !t.has_storage() || t.numel() == 0) return;
+  // PyTorch strides are non-negative: the farthest element decides.
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); d++) last += (t.size(d) - 1) * t.stride(d);
+  const uint64_t needed = static_cast<uint64_t>(last + 1) * t.element_size();
+  const uint64_t have = t.storage().nbytes();
+  TORCH_CHECK(needed <= have, op, ": a tensor of sizes ", t.sizes(), " at storage offset ", t.storage_offset(),
+              " needs ", needed, " bytes of its storage, which has ", have,
+              " bytes (was the storage resized under it?)");
+}
+
+bool converts_exactly(at::ScalarType from, at::ScalarType to) {
+  if (from == to || from == at::kBool) return true;
+  if (at::isIntegralType(to, /*includeBool=*/false)) {
+    if (!at::isIntegralType(from, false)) return false;
+    // No wrap: to's range holds from's (by bits, as a double holds them).
+    auto range = [](at::ScalarType t, double* lo, double* hi) {
+      const double bits = 8.0 * static_cast<double>(c10::elementSize(t));
+      const bool is_signed = at::isSignedType(t);
+      *lo = is_signed ? -std::ldexp(1.0, static_cast<int>(bits) - 1) : 0.0;
+      *hi = std::ldexp(1.0, static_cast<int>(bits) - (is_signed ? 1 : 0)) - 1.0;
+    };
+    double flo, fhi, tlo, thi;
+    range(from, &flo, &fhi);
+    range(to, &tlo, &thi);
+    return tlo <= flo && fhi <= thi;
+  }
+  // Into a float: small integers and narrower floats are exact.
+  switch (to) {
+    case at::kDouble: return from != at::kLong;
+    case at::kFloat: return from == at::kByte || from == at::kChar || from == at::kShort || from == at::kHalf ||
+                            from == at::kBFloat16;
+    case at::kHalf:
+    case at::kBFloat16: return from == at::kByte || from == at::kChar;
+    default: return false;
+  }
+}
+
 tpu_tensor describe(const at::Tensor& t, const char* op) {
   tpu_tensor d{};
-  TORCH_CHECK_TYPE(to_tpu_dtype(t.scalar_type(), &d.dtype), op, ": tpu does not support dtype ", t.scalar_type());
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t.scalar_type(), &d.dtype), op, ": tpu does not support dtype ",
+                              t.scalar_type());
   TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, op, ": tpu kernels take at most ", TPU_MAX_DIMS, " dims; got ", t.dim());
   d.data = t.numel() == 0 ? nullptr : const_cast<void*>(t.const_data_ptr());
   d.ndim = static_cast<int32_t>(t.dim());
@@ -202,8 +243,8 @@ void describe_elementwise(const char* op, std::initializer_list<const at::Tensor
   for (const at::Tensor* t : tensors) {
     tpu_tensor& d = out[k];
     d = tpu_tensor{};
-    TORCH_CHECK_TYPE(to_tpu_dtype(t->scalar_type(), &d.dtype), op, ": tpu does not support dtype ",
-                     t->scalar_type());
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t->scalar_type(), &d.dtype), op, ": tpu does not support dtype ",
+                                t->scalar_type());
     d.data = t->numel() == 0 ? nullptr : const_cast<void*>(t->const_data_ptr());
     d.ndim = static_cast<int32_t>(m.rank);
     for (int64_t i = 0; i < m.rank; i++) {

@@ -52,10 +52,21 @@ tpu_stream* current_c_stream(c10::DeviceIndex index);
 // tpu_dtype for an ATen dtype; false if the virtual TPU has no such dtype.
 bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out);
 
+// Raises a RuntimeError naming `op` if some element of t lies outside its
+// storage (a view left over a storage shrunk with resize_). The runtime
+// refuses such records anyway; this names the op before any view or copy
+// of PyTorch's own trips over the tensor with a message of its own.
+void check_in_storage(const at::Tensor& t, const char* op);
+
+// Whether a value of dtype `from` converts to `to` exactly (no rounding,
+// no wrap): then converting it straight to a wider compute type gives the
+// same number as converting it to `to` first.
+bool converts_exactly(at::ScalarType from, at::ScalarType to);
+
 // Describes a tensor (device or host memory) as a C record, dims as they
 // are, with its storage's bounds (which tpu_op_check enforces). Raises,
-// naming `op`, a TypeError for a dtype the virtual TPU does not have and a
-// RuntimeError for more than TPU_MAX_DIMS dims.
+// naming `op`, NotImplementedError for a dtype the virtual TPU does not
+// have and RuntimeError for more than TPU_MAX_DIMS dims.
 tpu_tensor describe(const at::Tensor& t, const char* op);
 
 // A host scalar converted to `type` as PyTorch converts it, then given in

@@ -38,16 +38,17 @@ def current_device() -> int:
 
 
 def set_device(device: _device_t) -> None:
-    index = _get_device_index(device, optional=True)
-    if index >= 0:
-        _C._set_device(index)
+    if isinstance(device, int) and device < 0:
+        return  # a no-op, as torch.cuda.set_device(-1)
+    _C._set_device(_get_device_index(device, optional=True))
 
 
 class device:
     """Context manager that makes ``device`` the current chip, like torch.cuda.device."""
 
     def __init__(self, device: Any):
-        self.idx = _get_device_index(device, optional=True) if device is not None else -1
+        negative = device is None or (isinstance(device, int) and device < 0)  # no-op, as on CUDA
+        self.idx = -1 if negative else _get_device_index(device, optional=True)
         self.prev_idx = -1
 
     def __enter__(self) -> None:
