@@ -63,6 +63,7 @@ SCRIPT = textwrap.dedent(
             expect_raise(name + " tensor", lambda: q_in.put(x))
             expect_raise(name + " nested", lambda: q_in.put({"a": [1, (x,)]}))
             expect_raise(name + " parameter", lambda: q_in.put(torch.nn.Parameter(x)))
+            expect_raise(name + " module", lambda: q_in.put([torch.nn.Linear(2, 2).to(x.device)]))
             expect_raise(name + " storage", lambda: q_in.put(x.untyped_storage()))
             expect_raise(name + " nowait", lambda: q_in.put_nowait([x]))
             # Hidden where put does not look: the receiver gets the error.
@@ -99,7 +100,7 @@ def test_tpu_tensor_on_queue_raises_and_nothing_hangs(tmp_path):
     for name in ("Queue", "JoinableQueue"):
         # CPU tensors are shared: the child's add_ shows in the parent.
         assert f"{name} cpu ('ok', 'cpu') [1.0, 1.0, 1.0, 1.0]" in out, out
-        for case in ("tensor", "nested", "parameter", "storage", "nowait"):
+        for case in ("tensor", "nested", "parameter", "module", "storage", "nowait"):
             assert f"{name} {case} RAISED True" in out, out
         assert f"{name} hidden error" in out, out
         assert f"{name} after ('ok', 'cpu')" in out, out

@@ -105,15 +105,20 @@ def _install_reducers() -> None:
 
 
 def _find_tpu(obj):
-    """Returns the first tpu tensor or storage in obj or its built-in
-    containers (at most _SCAN_LIMIT objects visited), or None."""
+    """Returns the first tpu tensor or storage in obj, its built-in
+    containers or the modules among them (their parameters and buffers),
+    at most _SCAN_LIMIT objects visited, or None."""
     stack, seen, visited = [obj], set(), 0
     while stack and visited < _SCAN_LIMIT:
         item = stack.pop()
         visited += 1
         if _is_tpu(item):
             return item
-        if isinstance(item, (list, tuple, set, frozenset, dict)) and id(item) not in seen:
+        if isinstance(item, torch.nn.Module) and id(item) not in seen:
+            seen.add(id(item))
+            stack.extend(item.parameters())
+            stack.extend(item.buffers())
+        elif isinstance(item, (list, tuple, set, frozenset, dict)) and id(item) not in seen:
             seen.add(id(item))
             if isinstance(item, dict):
                 stack.extend(item.keys())

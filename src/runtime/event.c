@@ -207,6 +207,12 @@ tpu_status tpu_event_elapsed_ms(tpu_event *start, tpu_event *end, double *ms) {
     if ((st = completed_snapshot(start, "start", &a)) != TPU_OK ||
         (st = completed_snapshot(end, "end", &b)) != TPU_OK)
         return st;
+    /* As on CUDA: the two points must be on one chip's clock. */
+    if (tpu_stream_chip(a.stream) != tpu_stream_chip(b.stream))
+        return tpu_set_error(TPU_ERR_WRONG_DEVICE,
+                             "tpu_event_elapsed_ms: the events were recorded on different chips "
+                             "(tpu:%d and tpu:%d)",
+                             tpu_stream_chip(a.stream), tpu_stream_chip(b.stream));
     *ms = (double)(b.stamp.tv_sec - a.stamp.tv_sec) * 1e3 +
           (double)(b.stamp.tv_nsec - a.stamp.tv_nsec) / 1e6;
     return TPU_OK;

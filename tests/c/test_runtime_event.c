@@ -91,6 +91,14 @@ static void test_record_query_sync(void) {
     CHECK_OK(tpu_event_synchronize(e));
     CHECK_OK(tpu_event_query(e, &done));
     CHECK(done);
+
+    /* Elapsed time between points on different chips is refused, as on CUDA. */
+    tpu_event *other = event();
+    CHECK_OK(tpu_event_record(other, stream(1, 1)));
+    CHECK_OK(tpu_event_synchronize(other));
+    CHECK_STATUS(tpu_event_elapsed_ms(e, other, &ms), TPU_ERR_WRONG_DEVICE);
+    CHECK_CONTAINS(tpu_last_error_message(), "different chips (tpu:0 and tpu:1)");
+    tpu_event_free(other);
     tpu_event_free(e);
 }
 

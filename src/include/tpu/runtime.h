@@ -142,7 +142,8 @@ TPU_API tpu_status tpu_event_query(tpu_event *event, bool *done);
 TPU_API tpu_status tpu_event_synchronize(tpu_event *event);
 
 /* Milliseconds between two completed records. TPU_ERR_INVALID_ARG if either
- * was never recorded or has not completed. */
+ * was never recorded or has not completed, TPU_ERR_WRONG_DEVICE if they
+ * were recorded on different chips. */
 TPU_API tpu_status tpu_event_elapsed_ms(tpu_event *start, tpu_event *end, double *ms);
 
 /* Chip an event is bound to, -1 if never recorded. */
