@@ -1222,6 +1222,10 @@ def run(program: Program, mode: str = "strict", local_check: bool = True, device
                 et = _sync_error(device)  # a kernel-side error surfaces at the next sync in strict mode
             if ec is None and et is not None and _cuda_device_rule(step, et):
                 return None  # CUDA refuses this too; the CPU reference cannot say so: stop here
+            if ec is None and et is not None and "more than one element of the written-to tensor" in str(et):
+                return None  # an in-place op into an expanded tensor: deprecated on the CPU, refused on tpu
+            if ec is not None and et is None and "refer to a single memory location" in str(ec):
+                continue  # tpu copies one element onto itself, a no-op the CPU refuses: same state
             if (ec is None) != (et is None):
                 return fail(k, f"errors differ: CPU {_fmt_exc(ec)}; tpu {_fmt_exc(et)}")
             if ec is not None:

@@ -82,8 +82,9 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
 
   if (dst_tpu && src_tpu && dst.device() == src.device()) {
     at::assert_no_internal_overlap(dst);
-    // Copying a view onto itself (a single element, x[None] = x, whatever
-    // its strides say) is nothing to do.
+    // Copying a view onto itself is nothing to do; so is a single element
+    // onto itself, whatever the strides say (x[None] = x for a 0-dim x,
+    // which the CPU backend accepts through fill_).
     const bool same_element = dst.numel() == 1 && dst.const_data_ptr() == src.const_data_ptr();
     if (dst.is_alias_of(src) && dst.scalar_type() == src.scalar_type() &&
         (same_element || (dst.strides() == src.strides() && dst.storage_offset() == src.storage_offset())))
