@@ -320,3 +320,24 @@ def test_cpu_scalars_written_into_a_tpu_out(native_only):
     assert out.item() == 3.0
     with pytest.raises(RuntimeError, match="same device"):
         torch.add(torch.ones(2), torch.tensor(2.0), out=torch.empty(2, device="tpu"))
+
+
+def test_split_reductions_do_not_depend_on_the_thread_count():
+    """A full sum (and a sum into a few outputs) of long runs is split into
+    fixed chunks across threads and combined in a fixed order: the bits are
+    the same for any TORCH_TPU_NUM_THREADS, and match the CPU closely."""
+    from conftest import run_python
+
+    code = """
+        import torch
+        x = torch.randn(600_000, generator=torch.Generator().manual_seed(3)).to('tpu')
+        print(repr(x.sum().item()), repr(x.mean().item()), x.view(3, -1).sum(1).cpu().tolist())
+    """
+    outs = []
+    for threads in ("1", "2", "3"):
+        r = run_python(code, {"TORCH_TPU_NUM_THREADS": threads})
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(r.stdout)
+    assert outs[0] == outs[1] == outs[2]
+    x = torch.randn(600_000, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(x.to("tpu").sum().cpu(), x.double().sum().float(), rtol=1e-6, atol=1e-3)

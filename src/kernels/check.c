@@ -93,6 +93,18 @@ static tpu_status check_tensor(const tpu_op *op, const char *what, const tpu_ten
     return check_in_storage(name, what, t, lo * es, (hi + 1) * es);
 }
 
+/* The scratch the op needs must be given (the record's sizes and dtypes
+ * are checked by then, so tpu_op_scratch_bytes can read them). */
+static tpu_status check_scratch(const tpu_op *op) {
+    int64_t need = tpu_op_scratch_bytes(op);
+    if (need > 0 && (op->scratch == NULL || op->scratch_nbytes < need))
+        return tpu_set_error(TPU_ERR_INVALID_ARG,
+                             "%s: needs %lld bytes of scratch but has %lld (scratch %p)",
+                             tpu_k_op_label(op), (long long)need, (long long)op->scratch_nbytes,
+                             op->scratch);
+    return TPU_OK;
+}
+
 /* The output may not overlap itself through a zero stride. */
 static tpu_status check_out_no_self_overlap(const tpu_op *op) {
     const tpu_tensor *t = &op->out;
@@ -265,6 +277,8 @@ tpu_status tpu_op_check(const tpu_op *op) {
         st = check_tensor(op, what[i], &op->in[i]);
     if (st == TPU_OK)
         st = check_out_no_self_overlap(op);
+    if (st == TPU_OK)
+        st = check_scratch(op);
     if (st != TPU_OK)
         return st;
     switch (op->code) {

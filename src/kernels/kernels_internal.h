@@ -76,6 +76,15 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
 
+/* Split reductions (reduce.c): a SUM/MEAN of aligned f32 over contiguous
+ * trailing dims into few outputs, each output's run cut into fixed chunks.
+ * tpu_k_reduce_split_chunks gives the chunks per output (0: not split; it
+ * depends on the record only); tpu_k_reduce_split runs phase 0 (chunk
+ * sums into op->scratch) or phase 1 (chunks combined in order), in both
+ * kernel modes. */
+int64_t tpu_k_reduce_split_chunks(const tpu_op *op);
+tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth);
+
 /* MM, ADDMM (matmul.c; packed GEMM in gemm.c). */
 tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);

@@ -96,11 +96,13 @@ int tpu_op_max_threads(const tpu_op *op) {
         return n < ELEMENTS_PER_THREAD ? 1 : clamp_threads(n / ELEMENTS_PER_THREAD);
     }
     case WORK_REDUCE: {
-        /* Each output value is summed by one thread, so no more threads
-         * than outputs; a reduction to one value runs on one thread. */
+        /* Each output value (or, split, each chunk of one) is summed by
+         * one thread, so no more threads than outputs (or chunks). */
         int64_t n_in = tpu_k_numel(&op->in[0]), n_out = tpu_k_numel(&op->out);
+        int64_t chunks = tpu_k_reduce_split_chunks(op);
+        int64_t units = chunks > 0 ? n_out * chunks : n_out;
         int64_t want = n_in / ELEMENTS_PER_THREAD;
-        return clamp_threads(want < n_out ? want : n_out);
+        return clamp_threads(want < units ? want : units);
     }
     case WORK_GEMM: {
         /* Threads split the larger of M and N; count in double since
@@ -166,7 +168,23 @@ bool tpu_k_cpu_has_avx2_fma(void) {
 #endif
 }
 
-tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
+/* Whether the op is a reduction split into fixed chunks (two phases). */
+static bool is_split_reduce(const tpu_op *op) {
+    return (op->code == TPU_OP_SUM || op->code == TPU_OP_MEAN) && tpu_k_reduce_split_chunks(op) > 0;
+}
+
+int64_t tpu_op_scratch_bytes(const tpu_op *op) {
+    if (op == NULL || !op_code_valid(op->code) || !is_split_reduce(op))
+        return 0;
+    /* One f64 partial per (output, chunk). */
+    return tpu_k_numel(&op->out) * tpu_k_reduce_split_chunks(op) * (int64_t)sizeof(double);
+}
+
+int tpu_op_phases(const tpu_op *op) {
+    return op != NULL && op_code_valid(op->code) && is_split_reduce(op) ? 2 : 1;
+}
+
+tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
     /* The record itself was checked at submit; guard only what indexing
      * the table and splitting the work rely on. */
     if (op == NULL)
@@ -176,7 +194,16 @@ tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
     if (nth < 1 || ith < 0 || ith >= nth)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: share ith=%d of nth=%d is out of range",
                              tpu_k_op_label(op), ith, nth);
+    if (phase < 0 || phase >= tpu_op_phases(op))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: phase %d is out of range (the op has %d)",
+                             tpu_k_op_label(op), phase, tpu_op_phases(op));
+    if (is_split_reduce(op))
+        return tpu_k_reduce_split(op, phase, ith, nth);
     tpu_k_kernel fn = tpu_kernels_get_reference() ? k_kernels[op->code].ref
                                                   : k_kernels[op->code].fast;
     return fn(op, ith, nth);
+}
+
+tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
+    return tpu_op_run_phase(op, 0, ith, nth);
 }

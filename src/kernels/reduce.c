@@ -9,10 +9,17 @@
  *
  * Work split: contiguous ranges of out's row-major element index. Each
  * output value is accumulated by one share, in an order fixed by the path
- * alone, so results do not depend on nth (a reduction to one value runs
- * on share 0). The reference path adds in the reduced dims' row-major
- * order; the fast paths either keep that order (leading-dims reduction)
- * or use 16 fixed lanes (trailing-dims reduction), see below. */
+ * alone, so results do not depend on nth. The reference path adds in the
+ * reduced dims' row-major order; the fast paths either keep that order
+ * (leading-dims reduction) or use 16 fixed lanes (trailing-dims
+ * reduction), see below.
+ *
+ * A trailing-dims reduction of long runs into few outputs (a full sum)
+ * would leave all but a few threads idle, so it is split (in both kernel
+ * modes): each output's run is cut into chunks of SPLIT_CHUNK elements,
+ * fixed by the record alone; phase 0 sums each chunk (16 lanes) into an
+ * f64 partial in op->scratch, on any thread; phase 1 adds each output's
+ * partials in chunk order. The result is the same for any thread count. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -173,6 +180,61 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
         /* count == 0 means in may have no data at all: do not touch it. */
         double s = count > 0 ? sum_f32_run((const float *)in->data + it.off[1], count) : 0.0;
+        tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, s, count));
+    }
+    return TPU_OK;
+}
+
+/* ------------------------------------------------ split reductions */
+
+enum {
+    SPLIT_CHUNK = 1 << 16,   /* elements per chunk of a split run */
+    SPLIT_MAX_OUTPUTS = 64,  /* more outputs than this keep every thread busy unsplit */
+};
+
+int64_t tpu_k_reduce_split_chunks(const tpu_op *op) {
+    const tpu_tensor *in = &op->in[0];
+    if (in->dtype != TPU_DTYPE_F32 || !tpu_dtype_is_float(op->out.dtype) || in->data == NULL ||
+        !tpu_k_is_aligned(in) || tpu_k_numel(&op->out) > SPLIT_MAX_OUTPUTS ||
+        trailing_block(op) < 0)
+        return 0;
+    int64_t count = reduced_count(op);
+    return count >= 2 * (int64_t)SPLIT_CHUNK ? (count + SPLIT_CHUNK - 1) / SPLIT_CHUNK : 0;
+}
+
+/* The 16-lane sum of one chunk: the plain loop in reference mode, the
+ * vector one otherwise (the same order, so the same bits). */
+static double split_chunk_sum(const float *x, int64_t n) {
+    return tpu_kernels_get_reference() ? sum_f32_run_plain(x, n) : sum_f32_run(x, n);
+}
+
+tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    const int64_t chunks = tpu_k_reduce_split_chunks(op), count = reduced_count(op);
+    double *partial = op->scratch; /* [output][chunk] */
+    const int64_t *strides[2] = {o->strides, in->strides};
+    int64_t start, end;
+    tpu_k_iter it;
+    if (phase == 0) {
+        /* Items are (output, chunk) pairs in row-major order. */
+        tpu_k_split(tpu_k_numel(o) * chunks, ith, nth, &start, &end);
+        for (int64_t item = start; item < end; item++) {
+            int64_t out_index = item / chunks, c = item % chunks;
+            tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, out_index);
+            int64_t first = c * SPLIT_CHUNK;
+            int64_t len = count - first < SPLIT_CHUNK ? count - first : SPLIT_CHUNK;
+            partial[item] = split_chunk_sum((const float *)in->data + it.off[1] + first, len);
+        }
+        return TPU_OK;
+    }
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        double s = 0.0;
+        for (int64_t c = 0; c < chunks; c++)
+            s += partial[i * chunks + c];
         tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, s, count));
     }
     return TPU_OK;

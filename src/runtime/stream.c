@@ -403,8 +403,9 @@ int tpu_stream_index(const tpu_stream *s) {
 
 /* Every device tensor of a checked record must lie in live memory: its
  * storage a live block of the stream's chip (a copy may read another
- * chip's), so that no record of a freed or shrunk storage ever runs. The
- * host side of a transfer is host memory, bounded by tpu_op_check alone. */
+ * chip's), so that no record of a freed or shrunk storage ever runs; so
+ * must its scratch. The host side of a transfer is host memory, bounded
+ * by tpu_op_check alone. */
 static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
     const char *name = op->name ? op->name : tpu_op_name(op->code);
     for (int i = -1; i < op->n_in; i++) {
@@ -419,6 +420,14 @@ static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
             snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
             return tpu_set_error(st, "%s: the storage of %s%.0d: %s", name,
                                  i < 0 ? "out" : "in", i < 0 ? 0 : i, msg);
+        }
+    }
+    if (op->scratch_nbytes > 0) {
+        tpu_status st = tpu_mem_check_range(s->chip, false, op->scratch, (uint64_t)op->scratch_nbytes);
+        if (st != TPU_OK) {
+            char msg[TPU_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
+            return tpu_set_error(st, "%s: the scratch: %s", name, msg);
         }
     }
     return TPU_OK;

@@ -52,17 +52,30 @@ static void host_mem_free(int chip, void *ptr, size_t nbytes) {
     free(ptr);
 }
 
-/* Adapts tpu_op_run to the pool's function type: ctx is the op. */
+/* One phase of an op, as the pool's function type wants it. */
+typedef struct {
+    const tpu_op *op;
+    int phase;
+} phase_ctx;
+
 static tpu_status run_share(void *ctx, int ith, int nth) {
-    return tpu_op_run((const tpu_op *)ctx, ith, nth);
+    const phase_ctx *p = ctx;
+    return tpu_op_run_phase(p->op, p->phase, ith, nth);
 }
 
+/* Runs the op's phases one after another; the pool's return is the
+ * barrier between them. */
 static tpu_status host_execute(int chip, const tpu_op *op) {
     (void)chip; /* all virtual chips share the host's cores */
-    int nth = tpu_op_max_threads(op);
-    if (nth <= 1)
-        return tpu_op_run(op, 0, 1); /* small op: not worth waking the pool */
-    return tpu_pool_run(run_share, (void *)op, nth);
+    int nth = tpu_op_max_threads(op), phases = tpu_op_phases(op);
+    for (int phase = 0; phase < phases; phase++) {
+        phase_ctx ctx = {op, phase};
+        /* Small op: not worth waking the pool. */
+        tpu_status st = nth <= 1 ? tpu_op_run_phase(op, phase, 0, 1) : tpu_pool_run(run_share, &ctx, nth);
+        if (st != TPU_OK)
+            return st;
+    }
+    return TPU_OK;
 }
 
 static const tpu_target k_host_target = {

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "../../src/kernels/kernels_internal.h"
 #include "tpu/dtype.h"
 #include "tpu/op.h"
@@ -188,13 +190,25 @@ static inline unsigned char *t_at2(const tpu_tensor *t, int64_t i, int64_t j) {
 /* ------------------------------------------------------ running ops */
 
 /* Runs all nth shares in turn; returns the first error. */
-static inline tpu_status run_shares(const tpu_op *op, int nth) {
-    tpu_status first = TPU_OK;
-    for (int i = 0; i < nth; i++) {
-        tpu_status st = tpu_op_run(op, i, nth);
-        if (st != TPU_OK && first == TPU_OK)
-            first = st;
+static inline tpu_status run_shares(const tpu_op *op_in, int nth) {
+    /* Every phase's shares, one phase after another, with scratch from
+     * malloc when the op needs some and has none. */
+    tpu_op op = *op_in;
+    void *scratch = NULL;
+    int64_t need = tpu_op_scratch_bytes(&op);
+    if (need > 0 && op.scratch == NULL) {
+        scratch = malloc((size_t)need);
+        op.scratch = scratch;
+        op.scratch_nbytes = need;
     }
+    tpu_status first = TPU_OK;
+    for (int phase = 0; phase < tpu_op_phases(&op); phase++)
+        for (int i = 0; i < nth; i++) {
+            tpu_status st = tpu_op_run_phase(&op, phase, i, nth);
+            if (st != TPU_OK && first == TPU_OK)
+                first = st;
+        }
+    free(scratch);
     return first;
 }
 

@@ -241,7 +241,16 @@ static void test_max_threads(void) {
     op.n_in = 1;
     op.p.reduce.mask = 3;
     op.out.sizes[0] = op.out.sizes[1] = 1;
-    CHECK(tpu_op_max_threads(&op) == 1); /* one output: one thread */
+    /* One output of a long contiguous run: split into chunks, two phases,
+     * scratch for the partials, several threads. */
+    CHECK(tpu_op_max_threads(&op) > 1);
+    CHECK(tpu_op_phases(&op) == 2);
+    CHECK(tpu_op_scratch_bytes(&op) == 48 * (int64_t)sizeof(double)); /* 3 * 2^20 / 2^16 chunks */
+    op.in[0].storage_nbytes = (int64_t)1 << 40; /* claimed only: check reads no memory */
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "needs 384 bytes of scratch but has 0");
+    CHECK_STATUS(tpu_op_run_phase(&op, 2, 0, 1), TPU_ERR_INVALID_ARG);
+    op.in[0].strides[0] = 4; /* rows not contiguous: not split, one output, one thread */
+    CHECK(tpu_op_max_threads(&op) == 1 && tpu_op_phases(&op) == 1 && tpu_op_scratch_bytes(&op) == 0);
     op = base_mm(TPU_OP_MM, 16, 16, 16, 16);
     CHECK(tpu_op_max_threads(&op) == 1);
     op = base_mm(TPU_OP_MM, 1024, 1024, 1024, 1024);

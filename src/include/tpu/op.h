@@ -141,6 +141,14 @@ typedef struct tpu_op {
             double a, b;
         } rand;
     } p;
+    /* Device memory the kernel may use as it likes while the op runs (the
+     * partial results of a split reduction): at least
+     * tpu_op_scratch_bytes(op) bytes of the op's chip, which the submitter
+     * takes from the chip's allocator for the op's stream (stream-ordered:
+     * it may free the block right after submitting). NULL and 0 when the
+     * op needs none. */
+    void *scratch;
+    int64_t scratch_nbytes;
     /* Filled by the submitter: a static name for error messages, e.g.
      * "aten::add.out". NULL means "use the opcode's name". */
     const char *name;
@@ -160,10 +168,26 @@ TPU_API tpu_status tpu_op_check(const tpu_op *op);
  * one thread because waking the pool costs more than it saves. */
 TPU_API int tpu_op_max_threads(const tpu_op *op);
 
-/* Runs share `ith` of `nth` of a checked op. The kernel splits its own work
- * deterministically from (ith, nth); shares never write the same bytes.
- * Returns TPU_OK or a kernel-side error (e.g. TPU_ERR_DIV_BY_ZERO) with a
- * message. Thread-safe for distinct ith. */
+/* Bytes of scratch (tpu_op.scratch) the op needs; 0 for most ops. Depends
+ * only on the record's opcode, shapes, dtypes and alignment, never on the
+ * thread count or the kernel mode. 0 for a malformed record. */
+TPU_API int64_t tpu_op_scratch_bytes(const tpu_op *op);
+
+/* Number of phases of the op (>= 1). The shares of phase p + 1 start only
+ * after every share of phase p has returned: a reduction split into fixed
+ * chunks adds the chunks in phase 0 and combines them, in a fixed order,
+ * in phase 1, so its result does not depend on the thread count. Depends
+ * only on the record, as tpu_op_scratch_bytes. */
+TPU_API int tpu_op_phases(const tpu_op *op);
+
+/* Runs share `ith` of `nth` of phase `phase` of a checked op. The kernel
+ * splits its own work deterministically from (ith, nth); shares never
+ * write the same bytes. Returns TPU_OK or a kernel-side error (e.g.
+ * TPU_ERR_DIV_BY_ZERO) with a message. Thread-safe for distinct ith.
+ * TPU_ERR_INVALID_ARG for a phase outside [0, tpu_op_phases(op)). */
+TPU_API tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth);
+
+/* tpu_op_run_phase(op, 0, ith, nth): the whole op for single-phase ops. */
 TPU_API tpu_status tpu_op_run(const tpu_op *op, int ith, int nth);
 
 /* Forces the plain reference kernels (true) or lets fast paths be chosen
