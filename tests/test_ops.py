@@ -341,3 +341,35 @@ def test_split_reductions_do_not_depend_on_the_thread_count():
     assert outs[0] == outs[1] == outs[2]
     x = torch.randn(600_000, generator=torch.Generator().manual_seed(3))
     torch.testing.assert_close(x.to("tpu").sum().cpu(), x.double().sum().float(), rtol=1e-6, atol=1e-3)
+
+
+def test_every_isa_level_gives_the_same_bits():
+    """TORCH_TPU_ISA caps the fast kernels' instruction set (chosen by cpuid
+    at run time); every level the machine has gives the same bytes, and a
+    malformed value is a clear error."""
+    from conftest import run_python
+
+    code = """
+        import hashlib, torch
+        g = torch.Generator().manual_seed(5)
+        a, b = torch.randn(300, 200, generator=g), torch.randn(200, 70, generator=g)
+        outs = []
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            x, y = a.to(dt).to('tpu'), b.to(dt).to('tpu')
+            outs += [x @ y, (x * 3 + x.t().contiguous().t()).float(), x.sum(0), x.float().sum()[None],
+                     torch.div(x, y[:, :1].t().expand(300, 200) + 7, rounding_mode='floor')]
+        torch.manual_seed(0)
+        outs.append(torch.randn(1000, device='tpu'))
+        h = hashlib.sha256()
+        for t in outs:
+            h.update(t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        print(h.hexdigest())
+    """
+    digests = {}
+    for isa in ("portable", "avx2", "avx512"):
+        r = run_python(code, {"TORCH_TPU_ISA": isa})
+        assert r.returncode == 0, r.stderr[-2000:]
+        digests[isa] = r.stdout
+    assert len(set(digests.values())) == 1, digests
+    r = run_python("import torch; torch.ones(1, device='tpu')", {"TORCH_TPU_ISA": "sse9"})
+    assert r.returncode != 0 and "TORCH_TPU_ISA='sse9' is not valid" in r.stderr

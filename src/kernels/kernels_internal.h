@@ -54,13 +54,9 @@ typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
 const char *tpu_k_op_label(const tpu_op *op);
 
 /* True if the AVX2+FMA variants may run: this CPU has them (x86-64 only,
- * probed once, thread-safe) and they are not switched off by
- * tpu_k_set_portable_only. */
+ * probed once, thread-safe) and the ISA cap (tpu_kernels_set_isa, or
+ * TORCH_TPU_ISA) allows them. */
 bool tpu_k_cpu_has_avx2_fma(void);
-
-/* Testing hook: true makes every fast path use its portable C variant
- * (as on a CPU without AVX2), so that those variants get tested too. */
-void tpu_k_set_portable_only(bool on);
 
 /* COPY and FILL (copy_fill.c). */
 tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth);

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kernels_internal.h"
 #include "strided.h"
@@ -143,29 +144,85 @@ bool tpu_kernels_get_reference(void) {
     return v == 1;
 }
 
-/* Set by tpu_k_set_portable_only; relaxed like g_reference. */
-static atomic_bool g_portable_only = false;
+/* ------------------------------------------------------------ ISA */
 
-void tpu_k_set_portable_only(bool on) {
-    atomic_store_explicit(&g_portable_only, on, memory_order_relaxed);
+static const char *const k_isa_names[] = {
+    [TPU_ISA_PORTABLE] = "portable", [TPU_ISA_AVX2] = "avx2", [TPU_ISA_AVX512] = "avx512"};
+_Static_assert(sizeof k_isa_names / sizeof k_isa_names[0] == TPU_ISA_COUNT,
+               "every tpu_isa needs a name");
+
+/* The cap: -1 until first read (then from TORCH_TPU_ISA, else the top
+ * level). Relaxed like g_reference: a standalone setting. */
+static atomic_int g_isa_cap = -1;
+
+const char *tpu_isa_name(tpu_isa isa) {
+    return (unsigned)isa < (unsigned)TPU_ISA_COUNT ? k_isa_names[isa] : "invalid";
 }
 
-bool tpu_k_cpu_has_avx2_fma(void) {
-    if (atomic_load_explicit(&g_portable_only, memory_order_relaxed))
-        return false;
+tpu_status tpu_isa_from_name(const char *name, tpu_isa *out) {
+    for (int i = 0; name != NULL && out != NULL && i < TPU_ISA_COUNT; i++) {
+        if (strcasecmp(name, k_isa_names[i]) == 0) {
+            *out = (tpu_isa)i;
+            return TPU_OK;
+        }
+    }
+    return tpu_set_error(TPU_ERR_INVALID_ARG,
+                         "unknown instruction set '%s' (expected portable, avx2 or avx512)",
+                         name ? name : "(null)");
+}
+
+tpu_isa tpu_kernels_best_isa(void) {
 #if TPU_K_X86
-    /* -1 unknown, 0 or 1 once probed; probing twice is harmless. */
+    /* -1 unknown, else the level; probing twice is harmless. */
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v < 0) {
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        v = TPU_ISA_PORTABLE;
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+            v = TPU_ISA_AVX2;
+            if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                __builtin_cpu_supports("avx512vl"))
+                v = TPU_ISA_AVX512;
+        }
         atomic_store_explicit(&cached, v, memory_order_relaxed);
     }
-    return v == 1;
+    return (tpu_isa)v;
 #else
-    return false;
+    return TPU_ISA_PORTABLE;
 #endif
+}
+
+tpu_status tpu_kernels_set_isa(tpu_isa isa) {
+    if ((unsigned)isa >= (unsigned)TPU_ISA_COUNT)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_kernels_set_isa: invalid level %d", (int)isa);
+    atomic_store_explicit(&g_isa_cap, (int)isa, memory_order_relaxed);
+    return TPU_OK;
+}
+
+tpu_isa tpu_kernels_get_isa(void) {
+    int cap = atomic_load_explicit(&g_isa_cap, memory_order_relaxed);
+    if (cap < 0) {
+        /* First use without an explicit setting: the environment, else no
+         * cap. A racing set wins (compare-exchange). A malformed value is
+         * refused by tpu_runtime_init; here it just means no cap. */
+        tpu_isa from_env = TPU_ISA_COUNT - 1;
+        const char *env = getenv("TORCH_TPU_ISA");
+        if (env && tpu_isa_from_name(env, &from_env) != TPU_OK) {
+            tpu_clear_error();
+            from_env = TPU_ISA_COUNT - 1;
+        }
+        int expected = -1;
+        atomic_compare_exchange_strong_explicit(&g_isa_cap, &expected, (int)from_env,
+                                                memory_order_relaxed, memory_order_relaxed);
+        cap = atomic_load_explicit(&g_isa_cap, memory_order_relaxed);
+    }
+    tpu_isa best = tpu_kernels_best_isa();
+    return cap < (int)best ? (tpu_isa)cap : best;
+}
+
+bool tpu_k_cpu_has_avx2_fma(void) {
+    return tpu_kernels_get_isa() >= TPU_ISA_AVX2;
 }
 
 /* Whether the op is a reduction split into fixed chunks (two phases). */

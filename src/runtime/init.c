@@ -206,6 +206,18 @@ static tpu_status read_config(tpu_config *cfg) {
             return bad_var("TORCH_TPU_REFERENCE", v, "0 or 1");
         cfg->reference = b;
     }
+
+    /* An instruction-set cap for the fast kernels (a level above the CPU's
+     * best runs as the best). */
+    cfg->isa = -1;
+    if ((v = env("TORCH_TPU_ISA"))) {
+        tpu_isa isa;
+        if (tpu_isa_from_name(v, &isa) != TPU_OK) {
+            tpu_clear_error();
+            return bad_var("TORCH_TPU_ISA", v, "portable, avx2 or avx512");
+        }
+        cfg->isa = (int)isa;
+    }
     return TPU_OK;
 }
 
@@ -230,6 +242,8 @@ static tpu_status setup(const tpu_config *cfg) {
     tpu_mode_setup(cfg->mode);
     if (cfg->reference >= 0)
         tpu_kernels_set_reference(cfg->reference == 1);
+    if (cfg->isa >= 0)
+        tpu_kernels_set_isa((tpu_isa)cfg->isa);
     return TPU_OK;
 }
 

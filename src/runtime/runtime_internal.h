@@ -37,6 +37,7 @@ typedef struct {
     int num_threads;           /* TORCH_TPU_NUM_THREADS */
     tpu_mode mode;             /* TPU_LAUNCH_BLOCKING, TORCH_TPU_DEFER_AND_FUSE */
     int reference;             /* TORCH_TPU_REFERENCE: -1 unset, 0 or 1 */
+    int isa;                   /* TORCH_TPU_ISA: -1 unset, else a tpu_isa */
 } tpu_config;
 
 /* ---------------------------------------------------------------- init.c */

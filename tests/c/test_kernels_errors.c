@@ -231,6 +231,22 @@ static void test_storage_bounds(void) {
     CHECK_OK(tpu_op_check(&op));
 }
 
+/* ISA levels: names, the cap, and the best level. */
+static void test_isa_levels(void) {
+    tpu_isa isa = TPU_ISA_COUNT;
+    CHECK_OK(tpu_isa_from_name("AVX2", &isa));
+    CHECK(isa == TPU_ISA_AVX2 && strcmp(tpu_isa_name(isa), "avx2") == 0);
+    CHECK_STATUS(tpu_isa_from_name("sse9", &isa), TPU_ERR_INVALID_ARG);
+    CHECK_CONTAINS(tpu_last_error_message(), "sse9");
+    CHECK(strcmp(tpu_isa_name((tpu_isa)7), "invalid") == 0);
+    CHECK_STATUS(tpu_kernels_set_isa((tpu_isa)7), TPU_ERR_INVALID_ARG);
+    tpu_isa best = tpu_kernels_best_isa();
+    CHECK_OK(tpu_kernels_set_isa(TPU_ISA_PORTABLE));
+    CHECK(tpu_kernels_get_isa() == TPU_ISA_PORTABLE);
+    CHECK_OK(tpu_kernels_set_isa(TPU_ISA_AVX512)); /* above the best: runs as the best */
+    CHECK(tpu_kernels_get_isa() == best);
+}
+
 static void test_max_threads(void) {
     tpu_op op = base_add();
     CHECK(tpu_op_max_threads(&op) == 1);
@@ -261,6 +277,7 @@ int main(void) {
     test_div_by_zero();
     test_check_rejects();
     test_storage_bounds();
+    test_isa_levels();
     test_max_threads();
     tpu_kernels_set_reference(false);
     return check_report();

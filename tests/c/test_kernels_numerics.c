@@ -321,11 +321,11 @@ static void test_random_stats(void) {
             for (int w = 0; w < 4; w++) {
                 static const int nths[4] = {1, 7, 3, 5};
                 tpu_kernels_set_reference(w == 1);
-                tpu_k_set_portable_only(w == 3);
+                tpu_kernels_set_isa(w == 3 ? TPU_ISA_PORTABLE : TPU_ISA_COUNT - 1);
                 memset(again, 0, bytes);
                 op.out.data = op.out.storage = again;
                 CHECK_OK(run_shares(&op, nths[w]));
-                tpu_k_set_portable_only(false);
+                tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
                 CHECK(memcmp(buf, again, bytes) == 0);
             }
             tpu_kernels_set_reference(false);

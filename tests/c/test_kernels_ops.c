@@ -586,9 +586,9 @@ static void run_row(const krow *r) {
             memcpy(in[i].alloc, in[i].pristine, in[i].bytes);
         memcpy(out.alloc, out.pristine, out.bytes);
         tpu_kernels_set_reference(ways[w].ref);
-        tpu_k_set_portable_only(ways[w].portable);
+        tpu_kernels_set_isa(ways[w].portable ? TPU_ISA_PORTABLE : TPU_ISA_COUNT - 1);
         CHECK_OK(run_shares(&op, ways[w].nth));
-        tpu_k_set_portable_only(false);
+        tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
         runs[w] = malloc((size_t)(n ? n : 1) * es);
         int64_t bad = 0;
         for (int64_t e = 0; e < n; e++) {

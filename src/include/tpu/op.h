@@ -190,6 +190,34 @@ TPU_API tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nt
 /* tpu_op_run_phase(op, 0, ith, nth): the whole op for single-phase ops. */
 TPU_API tpu_status tpu_op_run(const tpu_op *op, int ith, int nth);
 
+/* Instruction-set levels of the fast kernel variants, lowest first. Every
+ * fast path has a portable C variant; AVX2 variants need avx2 and fma.
+ * No kernel has an AVX-512 variant yet: that level runs the AVX2 ones. */
+typedef enum {
+    TPU_ISA_PORTABLE = 0,
+    TPU_ISA_AVX2,
+    TPU_ISA_AVX512,
+    TPU_ISA_COUNT
+} tpu_isa;
+
+/* The best level this CPU supports, probed once (cpuid) at first use. */
+TPU_API tpu_isa tpu_kernels_best_isa(void);
+
+/* Caps the fast variants at `isa`; a level above the CPU's best runs as the
+ * best. The initial cap comes from TORCH_TPU_ISA (portable, avx2, avx512),
+ * else none. TPU_ERR_INVALID_ARG for a value outside the enum. */
+TPU_API tpu_status tpu_kernels_set_isa(tpu_isa isa);
+
+/* The level the fast variants run at now: min(cap, best). */
+TPU_API tpu_isa tpu_kernels_get_isa(void);
+
+/* "portable", "avx2", "avx512"; "invalid" outside the enum. */
+TPU_API const char *tpu_isa_name(tpu_isa isa);
+
+/* The level named `name` (as tpu_isa_name gives it, case-insensitive).
+ * TPU_ERR_INVALID_ARG for any other name. */
+TPU_API tpu_status tpu_isa_from_name(const char *name, tpu_isa *out);
+
 /* Forces the plain reference kernels (true) or lets fast paths be chosen
  * (false). The initial value comes from TORCH_TPU_REFERENCE=1. */
 TPU_API void tpu_kernels_set_reference(bool on);

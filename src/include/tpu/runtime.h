@@ -24,7 +24,8 @@ extern "C" {
 
 /* Reads the configuration once (TORCH_TPU_CHIPS, TORCH_TPU_GENERATION,
  * TORCH_TPU_MEMORY_LIMIT, TORCH_TPU_NUM_THREADS, TPU_LAUNCH_BLOCKING,
- * TORCH_TPU_DEFER_AND_FUSE, TORCH_TPU_REFERENCE) and builds the chip table.
+ * TORCH_TPU_DEFER_AND_FUSE, TORCH_TPU_REFERENCE, TORCH_TPU_ISA) and builds
+ * the chip table.
  * Idempotent and thread-safe. Returns TPU_ERR_INVALID_ARG with a message
  * for a malformed variable (the runtime then stays uninitialised and the
  * next call tries again), TPU_ERR_FORKED in a forked child. Every other
