@@ -14,15 +14,17 @@
  * (leading-dims reduction) or use 16 fixed lanes (trailing-dims
  * reduction), see below.
  *
- * A trailing-dims reduction of long runs into few outputs (a full sum)
- * would leave all but a few threads idle, so it is split (in both kernel
- * modes): each output's run is cut into chunks of SPLIT_CHUNK elements,
- * fixed by the record alone; phase 0 sums each chunk (16 lanes) into an
- * f64 partial in op->scratch, on any thread; phase 1 adds each output's
- * partials in chunk order. The result is the same for any thread count. */
+ * A trailing-dims reduction of long contiguous float runs into few
+ * outputs (a full sum) would leave all but a few threads idle, so it is
+ * split (in both kernel modes): each output's run is cut into chunks of
+ * SPLIT_CHUNK elements, fixed by the record alone; phase 0 sums each chunk
+ * (f32: 16 lanes; other dtypes: in order) into an f64 partial in
+ * op->scratch, on any thread; phase 1 adds each output's partials in
+ * chunk order. The result is the same for any thread count. */
 #include <math.h>
 #include <stdlib.h>
 
+#include "convert.h"
 #include "kernels_internal.h"
 #include "strided.h"
 
@@ -194,7 +196,7 @@ enum {
 
 int64_t tpu_k_reduce_split_chunks(const tpu_op *op) {
     const tpu_tensor *in = &op->in[0];
-    if (in->dtype != TPU_DTYPE_F32 || !tpu_dtype_is_float(op->out.dtype) || in->data == NULL ||
+    if (!tpu_dtype_is_float(in->dtype) || !tpu_dtype_is_float(op->out.dtype) || in->data == NULL ||
         !tpu_k_is_aligned(in) || tpu_k_numel(&op->out) > SPLIT_MAX_OUTPUTS ||
         trailing_block(op) < 0)
         return 0;
@@ -202,10 +204,33 @@ int64_t tpu_k_reduce_split_chunks(const tpu_op *op) {
     return count >= 2 * (int64_t)SPLIT_CHUNK ? (count + SPLIT_CHUNK - 1) / SPLIT_CHUNK : 0;
 }
 
-/* The 16-lane sum of one chunk: the plain loop in reference mode, the
- * vector one otherwise (the same order, so the same bits). */
-static double split_chunk_sum(const float *x, int64_t n) {
-    return tpu_kernels_get_reference() ? sum_f32_run_plain(x, n) : sum_f32_run(x, n);
+/* 16-lane sum of n f32: the plain loop in reference mode, the vector one
+ * otherwise (the same order, so the same bits). */
+static double lanes_sum(const float *f, int64_t n) {
+    return tpu_kernels_get_reference() ? sum_f32_run_plain(f, n) : sum_f32_run(f, n);
+}
+
+/* The sum of one chunk of n contiguous elements of dtype dt at x. f32: 16
+ * lanes. f16/bf16: widened to f32 (exactly) in blocks of TPU_K_EW_CHUNK,
+ * each block summed in 16 lanes, the block sums added in order. f64: in
+ * index order. */
+static double split_chunk_sum(const char *x, tpu_dtype dt, int64_t n) {
+    if (dt == TPU_DTYPE_F32)
+        return lanes_sum((const float *)x, n);
+    if (dt == TPU_DTYPE_F16 || dt == TPU_DTYPE_BF16) {
+        float buf[TPU_K_EW_CHUNK];
+        double s = 0.0;
+        for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+            int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+            tpu_k_cvt_to_f32(buf, x + off * 2, dt, len);
+            s += lanes_sum(buf, len);
+        }
+        return s;
+    }
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += tpu_k_load_f64(x + (size_t)i * sizeof(double), dt);
+    return s;
 }
 
 tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth) {
@@ -223,7 +248,7 @@ tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth) {
             tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, out_index);
             int64_t first = c * SPLIT_CHUNK;
             int64_t len = count - first < SPLIT_CHUNK ? count - first : SPLIT_CHUNK;
-            partial[item] = split_chunk_sum((const float *)in->data + it.off[1] + first, len);
+            partial[item] = split_chunk_sum(tpu_k_ptr(in, it.off[1] + first), in->dtype, len);
         }
         return TPU_OK;
     }
