@@ -300,8 +300,10 @@ static flat_f32 stage_f32(run_in x, int64_t off, int64_t len, float *buf) {
 
 /* Computes n contiguous elements of out (dtype odt) at po: 16-bit
  * operands are staged through f32 chunks of EW_CHUNK, so the arithmetic
- * is the f32 loop's and each result is rounded once on store. */
-static void mixed_run(const tpu_op *op, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n) {
+ * is the f32 loop's and each result is rounded once on store (rounded
+ * division takes its steps in step_dt, div_step_dtype of the op). */
+static void mixed_run(const tpu_op *op, char *po, tpu_dtype odt, tpu_dtype step_dt, run_in a, run_in b,
+                      int64_t n) {
     tpu_op_code code = op->code;
     tpu_rounding rnd = op->p.arith.rounding;
     float alpha = (float)op->p.arith.alpha.f;
@@ -311,7 +313,7 @@ static void mixed_run(const tpu_op *op, char *po, tpu_dtype odt, run_in a, run_i
         /* Load (convert) both inputs before the store: out may be in[0]. */
         flat_f32 fa = stage_f32(a, off, len, abuf), fb = stage_f32(b, off, len, bbuf);
         float *dst = odt == TPU_DTYPE_F32 ? (float *)po + off : obuf;
-        f32_run(code, rnd, alpha, dst, fa, fb, len, div_step_dtype(op));
+        f32_run(code, rnd, alpha, dst, fa, fb, len, step_dt);
         if (odt != TPU_DTYPE_F32)
             tpu_k_cvt_from_f32(po + off * 2, odt, obuf, len);
     }
@@ -351,6 +353,7 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
         return TPU_OK;
+    const tpu_dtype step_dt = div_step_dtype(op);
     run_in a = {ta->data, ta->dtype, 1};
     run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
                   : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
@@ -358,7 +361,7 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     if (tpu_k_is_dense(o) && flat_ok(ta, o, &a.step) && (!tb || flat_ok(tb, o, &b.step))) {
         a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
         b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
-        mixed_run(op, tpu_k_ptr(o, start), o->dtype, a, b, end - start);
+        mixed_run(op, tpu_k_ptr(o, start), o->dtype, step_dt, a, b, end - start);
         return TPU_OK;
     }
     /* Rows: coalesce, then require unit (or zero) steps along the last dim. */
@@ -383,7 +386,7 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
         ra.p = tpu_k_ptr(ta, it.off[1]);
         if (tb)
             rb.p = tpu_k_ptr(tb, it.off[2]);
-        mixed_run(op, tpu_k_ptr(o, it.off[0]), o->dtype, ra, rb, run);
+        mixed_run(op, tpu_k_ptr(o, it.off[0]), o->dtype, step_dt, ra, rb, run);
         tpu_k_iter_advance_in_row(&it, run);
         i += run;
     }

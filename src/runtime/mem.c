@@ -147,14 +147,22 @@ static block *live_remove(allocator *a, const void *p) {
     return NULL;
 }
 
-/* The live block containing address p: a hash lookup for a block's own
- * address, a scan of every live block otherwise. */
-static block *live_find(const allocator *a, const void *p) {
+/* The live block of `a` starting exactly at p (hash lookup only). */
+static block *live_get(const allocator *a, const void *p) {
     if (!a->n_buckets)
         return NULL;
     for (block *b = a->buckets[bucket_of(a, p)]; b; b = b->next)
         if (b->ptr == p)
             return b;
+    return NULL;
+}
+
+/* The live block containing address p: a hash lookup for a block's own
+ * address, a scan of every live block otherwise. */
+static block *live_find(const allocator *a, const void *p) {
+    block *hit = live_get(a, p);
+    if (hit || !a->n_buckets)
+        return hit;
     uintptr_t x = (uintptr_t)p;
     for (size_t i = 0; i < a->n_buckets; i++)
         for (block *b = a->buckets[i]; b; b = b->next)
@@ -487,16 +495,6 @@ tpu_status tpu_mem_chip_of(const void *ptr, int *chip) {
     }
     return tpu_set_error(TPU_ERR_INVALID_ARG,
                          "tpu_mem_chip_of: %p is not inside a live tpu allocation", ptr);
-}
-
-/* The live block of `a` starting exactly at p (hash lookup only). */
-static block *live_get(const allocator *a, const void *p) {
-    if (!a->n_buckets)
-        return NULL;
-    for (block *b = a->buckets[bucket_of(a, p)]; b; b = b->next)
-        if (b->ptr == p)
-            return b;
-    return NULL;
 }
 
 /* Whether [p, p + nbytes) lies in the bytes a live block of `a` was asked

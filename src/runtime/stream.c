@@ -406,30 +406,34 @@ int tpu_stream_index(const tpu_stream *s) {
  * chip's), so that no record of a freed or shrunk storage ever runs; so
  * must its scratch. The host side of a transfer is host memory, bounded
  * by tpu_op_check alone. */
+/* One range of a record: live memory of the stream's chip (any chip's
+ * with any_chip), else an error naming the op and `what`. */
+static tpu_status check_live(const tpu_stream *s, const tpu_op *op, const char *what, bool any_chip,
+                             const void *p, int64_t nbytes) {
+    tpu_status st = tpu_mem_check_range(s->chip, any_chip, p, (uint64_t)nbytes);
+    if (st == TPU_OK)
+        return TPU_OK;
+    char msg[TPU_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
+    return tpu_set_error(st, "%s: %s: %s", op->name ? op->name : tpu_op_name(op->code), what, msg);
+}
+
 static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
-    const char *name = op->name ? op->name : tpu_op_name(op->code);
+    static const char *const what[] = {"the storage of in[0]", "the storage of in[1]",
+                                       "the storage of in[2]"};
     for (int i = -1; i < op->n_in; i++) {
         const tpu_tensor *t = i < 0 ? &op->out : &op->in[i];
         bool host = (i < 0 && op->code == TPU_OP_COPY_D2H) || (i == 0 && op->code == TPU_OP_COPY_H2D);
         if (host || !t->data)
             continue; /* host memory, or no elements (data is NULL then) */
         bool any_chip = i >= 0 && op->code == TPU_OP_COPY;
-        tpu_status st = tpu_mem_check_range(s->chip, any_chip, t->storage, (uint64_t)t->storage_nbytes);
-        if (st != TPU_OK) {
-            char msg[TPU_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
-            return tpu_set_error(st, "%s: the storage of %s%.0d: %s", name,
-                                 i < 0 ? "out" : "in", i < 0 ? 0 : i, msg);
-        }
+        tpu_status st = check_live(s, op, i < 0 ? "the storage of out" : what[i], any_chip,
+                                   t->storage, t->storage_nbytes);
+        if (st != TPU_OK)
+            return st;
     }
-    if (op->scratch_nbytes > 0) {
-        tpu_status st = tpu_mem_check_range(s->chip, false, op->scratch, (uint64_t)op->scratch_nbytes);
-        if (st != TPU_OK) {
-            char msg[TPU_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
-            return tpu_set_error(st, "%s: the scratch: %s", name, msg);
-        }
-    }
+    if (op->scratch_nbytes > 0)
+        return check_live(s, op, "the scratch", false, op->scratch, op->scratch_nbytes);
     return TPU_OK;
 }
 
