@@ -87,23 +87,29 @@ at::Tensor cast_input(const ReduceKind& k, const at::Tensor& self, at::ScalarTyp
   return self.to(type);
 }
 
-void check_inputs(const ReduceKind& k, const at::Tensor& self, at::ScalarType out_type) {
+// out_type: the dtype computed into; dtype: the one the caller asked for.
+// Mean infers its dtype from that or, without one, from the input (an
+// integer input is an error whatever out is), as on the CPU.
+void check_inputs(const ReduceKind& k, const at::Tensor& self, at::ScalarType out_type,
+                  std::optional<at::ScalarType> dtype) {
   TORCH_CHECK_TYPE(!self.is_complex(), k.name, ": complex tensors are not supported on tpu yet");
   for (at::ScalarType t : {self.scalar_type(), out_type}) {
     tpu_dtype dt;
     TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(t, &dt), k.name, ": tpu does not support dtype ", t);
   }
   check_in_storage(self, k.name);
+  const at::ScalarType inferred = dtype.value_or(self.scalar_type());
   if (k.code == TPU_OP_MEAN)
-    TORCH_CHECK(at::isFloatingType(out_type),
+    TORCH_CHECK(at::isFloatingType(inferred) && at::isFloatingType(out_type),
                 "mean(): could not infer output dtype. ",
-                "Input dtype must be either a floating point or complex dtype. Got: ", out_type);
+                "Input dtype must be either a floating point or complex dtype. Got: ",
+                at::isFloatingType(inferred) ? out_type : inferred);
 }
 
 at::Tensor functional(const ReduceKind& k, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
                       std::optional<at::ScalarType> dtype) {
   const at::ScalarType type = reduce_dtype(k, self, dtype);
-  check_inputs(k, self, type);
+  check_inputs(k, self, type, dtype);
   const uint32_t mask = reduce_mask(self, dims);
   at::Tensor out = at::empty(reduced_shape(self, mask, keepdim), self.options().dtype(type));
   run(k, cast_input(k, self, type), mask, keepdim, out);
@@ -114,10 +120,7 @@ at::Tensor& out_variant(const ReduceKind& k, const at::Tensor& self, at::Optiona
                         std::optional<at::ScalarType> dtype, at::Tensor& out) {
   TORCH_CHECK(out.device() == self.device(), k.name, ": expected out on ", self.device(), ", got ", out.device());
   const at::ScalarType type = dtype.value_or(out.scalar_type());
-  // Without a dtype, mean infers it from the input (an integer input is an
-  // error whatever out is), as on the CPU.
-  check_inputs(k, self, k.code == TPU_OP_MEAN && !dtype.has_value() ? self.scalar_type() : type);
-  check_inputs(k, self, type);
+  check_inputs(k, self, type, dtype);
   TORCH_CHECK(!dtype.has_value() || *dtype == out.scalar_type(), k.name, ": expected out dtype ", *dtype,
               " but got ", out.scalar_type());
   const uint32_t mask = reduce_mask(self, dims);

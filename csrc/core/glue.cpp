@@ -40,10 +40,10 @@ c10::DeviceIndex chip_count() noexcept {
   return static_cast<c10::DeviceIndex>(tpu_chip_count());
 }
 
-void check_chip_index(c10::DeviceIndex index, const char* what) {
+void check_chip_index(int64_t index, const char* what) {
   ensure_runtime();
   const int count = tpu_chip_count();
-  TORCH_CHECK(index >= 0 && index < count, what, ": invalid device index tpu:", static_cast<int>(index),
+  TORCH_CHECK(index >= 0 && index < count, what, ": invalid device index tpu:", index,
               " (this process has ", count, " tpu chip", count == 1 ? "" : "s",
               "; set TORCH_TPU_CHIPS for more)");
 }

@@ -36,8 +36,10 @@ void ensure_runtime();
 // Number of chips; 0 if the runtime cannot start (never raises).
 c10::DeviceIndex chip_count() noexcept;
 
-// Raises IndexError-like errors for an index outside [0, chip_count()).
-void check_chip_index(c10::DeviceIndex index, const char* what);
+// Raises a RuntimeError naming `what` and the index for an index outside
+// [0, chip_count()). Takes 64 bits, so that callers holding a wider index
+// (from Python) check it before narrowing it to a DeviceIndex.
+void check_chip_index(int64_t index, const char* what);
 
 // The calling thread's current chip and, per chip, its current stream.
 c10::DeviceIndex current_chip();

@@ -28,10 +28,7 @@ void reacquire_gil_after_wait(void* state) {
 // A chip index from Python, checked before it is narrowed to PyTorch's
 // 8-bit DeviceIndex (so 257 is an error, not chip 1).
 c10::DeviceIndex chip_arg(int64_t index, const char* what) {
-  ensure_runtime();
-  const int count = tpu_chip_count();
-  TORCH_CHECK(index >= 0 && index < count, what, ": invalid device index tpu:", index, " (this process has ",
-              count, " tpu chip", count == 1 ? "" : "s", "; set TORCH_TPU_CHIPS for more)");
+  check_chip_index(index, what);
   return static_cast<c10::DeviceIndex>(index);
 }
 
@@ -73,6 +70,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", []() { return static_cast<int>(chip_count()); });
   m.def("_is_in_bad_fork", []() { return tpu_runtime_is_forked(); });
   m.def("_current_device", []() { return static_cast<int>(current_chip()); });
+  m.def("_check_device_index", [](int64_t index) { check_chip_index(index, "device"); });
   m.def("_set_device", [](int64_t index) { set_current_chip(chip_arg(index, "set_device")); });
   m.def("_get_device_properties",
         [](int64_t index) { return device_properties(chip_arg(index, "get_device_properties")); });

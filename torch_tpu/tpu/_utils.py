@@ -12,12 +12,9 @@ def _check_index(index: int) -> int:
     names it (checked here, before PyTorch narrows it to 8 bits)."""
     from torch_tpu import _C
 
-    count = _C._device_count()
-    if not 0 <= index < count:
-        raise RuntimeError(
-            f"invalid device index tpu:{index} (this process has {count} tpu chip"
-            f"{'' if count == 1 else 's'}; set TORCH_TPU_CHIPS for more)"
-        )
+    if not -(2**63) <= index < 2**63:  # beyond what the binding takes
+        raise RuntimeError(f"device: invalid device index tpu:{index}")
+    _C._check_device_index(index)
     return index
 
 
