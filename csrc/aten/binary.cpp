@@ -1,5 +1,5 @@
 // add, sub, mul, div: broadcasting, type promotion, Python scalars, and the
-// functional, in-place and out= forms, all as one TPU_OP_{ADD,SUB,MUL,DIV}
+// functional, in-place and out= forms, all as one TPU_OP_BINARY
 // record per call. The template every element-wise family follows.
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
@@ -15,7 +15,7 @@ namespace {
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
 struct BinaryKind {
-  tpu_op_code code;
+  tpu_binary_fn code;
   const char* name;  // aten op name for messages
   bool true_division;
 };
@@ -38,13 +38,6 @@ c10::DeviceIndex common_chip(const BinaryKind& k, const at::Tensor& a, const at:
   return tpu->device().index();
 }
 
-// Whether an operand of dtype `from` gives the same value converted
-// straight to the kernel's compute type for a `to` result (f32 for
-// f32/f16/bf16, f64, i64 for integers) as converted to `to` first.
-bool loads_as(at::ScalarType from, at::ScalarType to) {
-  return to == at::kFloat || to == at::kDouble || converts_exactly(from, to);  // f32, f64: computes in `to`
-}
-
 at::ScalarType result_dtype(const BinaryKind& k, const at::Tensor& a, const at::Tensor& b,
                             tpu_rounding rounding) {
   at::ScalarType type = at::result_type(a, b);
@@ -63,10 +56,10 @@ void check_operands(const BinaryKind& k, const at::Tensor& a, const at::Tensor& 
   check_in_storage(a, k.name);
   check_in_storage(b, k.name);
   // As on the CPU backend: rounded division has no bool kernel.
-  TORCH_CHECK_NOT_IMPLEMENTED(k.code != TPU_OP_DIV || rounding == TPU_ROUND_NONE || type != at::kBool, k.name,
+  TORCH_CHECK_NOT_IMPLEMENTED(k.code != TPU_BINARY_DIV || rounding == TPU_ROUND_NONE || type != at::kBool, k.name,
                               ": rounding_mode='", rounding == TPU_ROUND_TRUNC ? "trunc" : "floor",
                               "' is not implemented for 'Bool'");
-  if (k.code == TPU_OP_SUB) {
+  if (k.code == TPU_BINARY_SUB) {
     TORCH_CHECK(a.scalar_type() != at::kBool || b.scalar_type() != at::kBool,
                 "Subtraction, the `-` operator, with two bool tensors is not supported. "
                 "Use the `^` or `logical_xor()` operator instead.");
@@ -74,7 +67,7 @@ void check_operands(const BinaryKind& k, const at::Tensor& a, const at::Tensor& 
                 "Subtraction, the `-` operator, with a bool tensor is not supported. "
                 "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.");
   }
-  if (k.code == TPU_OP_ADD || k.code == TPU_OP_SUB) {
+  if (k.code == TPU_BINARY_ADD || k.code == TPU_BINARY_SUB) {
     at::native::alpha_check(type, alpha);
     // PyTorch converts alpha to the result dtype with an overflow check
     // (int8 alpha=1000 raises); the record keeps the unrounded value.
@@ -91,28 +84,26 @@ void run(const BinaryKind& k, c10::DeviceIndex chip, const at::Tensor& out, cons
   // A scalar first operand is moved to the chip (a one-element copy); a
   // scalar second operand rides in the op record.
   if (is_cpu_scalar(a)) a = a.to(out.device());
-  // TensorIterator casts every operand to the common (result) dtype before
-  // the CPU kernel computes; the tpu kernel instead converts each operand
-  // straight to its compute type. The two agree unless that skips a
-  // rounding or wrap, so such operands are converted first: int8 /
-  // int64(300) divides by int8(300) = 44, not by 300, and int32(2049) + a
-  // f16 0-dim tensor adds f16(2049) = 2048. One exception, as in the CPU
-  // kernels: mul and div of f16/bf16 read a single-element second operand
-  // in their compute type (f32), which is what the kernel's load does.
+  // The record's common dtype is the result dtype: the kernel converts
+  // each operand to it first, as TensorIterator does before the CPU kernel
+  // computes (int8 / int64(300) divides by int8(300) = 44). One exception,
+  // as in the CPU kernels: mul and div of f16/bf16 read a single-element
+  // second operand unrounded, in their compute type (b_opmath).
   const at::ScalarType type = out.scalar_type();
   const bool b_in_compute_type =
-      (k.code == TPU_OP_MUL || k.code == TPU_OP_DIV) && at::isReducedFloatingType(type) && b.numel() == 1;
-  if (!loads_as(a.scalar_type(), type)) a = a.to(type);
-  if (!is_cpu_scalar(b) && !b_in_compute_type && !loads_as(b.scalar_type(), type)) b = b.to(type);
+      (k.code == TPU_BINARY_MUL || k.code == TPU_BINARY_DIV) && at::isReducedFloatingType(type) && b.numel() == 1;
   tpu_op op{};
-  op.code = k.code;
-  op.p.arith.alpha = to_tpu_scalar(alpha, out.scalar_type(), /*checked=*/false);
-  op.p.arith.rounding = rounding;
+  op.code = TPU_OP_BINARY;
+  op.fn = k.code;
+  TORCH_INTERNAL_ASSERT(to_tpu_dtype(type, &op.p.ew.common));  // checked by check_operands
+  op.p.ew.b_opmath = b_in_compute_type;
+  op.p.ew.alpha = to_tpu_scalar(alpha, out.scalar_type(), /*checked=*/false);
+  op.p.ew.rounding = rounding;
   std::vector<at::Tensor> operands{out, a.expand(out.sizes())};
   if (is_cpu_scalar(b)) {
     op.n_in = 1;
     const c10::Scalar value = b_in_compute_type ? b.item() : b.to(type).item();
-    op.p.arith.other = to_tpu_scalar(value, type, /*checked=*/false);
+    op.p.ew.other = to_tpu_scalar(value, type, /*checked=*/false);
   } else {
     op.n_in = 2;
     operands.push_back(b.expand(out.sizes()));
@@ -205,10 +196,10 @@ tpu_rounding parse_rounding(std::optional<c10::string_view> mode) {
   TORCH_CHECK(false, "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
 }
 
-const BinaryKind kAdd{TPU_OP_ADD, "aten::add", false};
-const BinaryKind kSub{TPU_OP_SUB, "aten::sub", false};
-const BinaryKind kMul{TPU_OP_MUL, "aten::mul", false};
-const BinaryKind kDiv{TPU_OP_DIV, "aten::div", true};
+const BinaryKind kAdd{TPU_BINARY_ADD, "aten::add", false};
+const BinaryKind kSub{TPU_BINARY_SUB, "aten::sub", false};
+const BinaryKind kMul{TPU_BINARY_MUL, "aten::mul", false};
+const BinaryKind kDiv{TPU_BINARY_DIV, "aten::div", true};
 
 }  // namespace
 

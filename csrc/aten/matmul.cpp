@@ -1,4 +1,4 @@
-// mm and addmm (functional, out= and in-place) as TPU_OP_MM / TPU_OP_ADDMM
+// mm and addmm (functional, out= and in-place) as TPU_OP_MATMUL records
 // records. f32 operands follow torch.set_float32_matmul_precision: highest
 // is full f32, high and medium use the matrix unit's bf16 passes.
 // Integer matrices have no native kernel and take the CPU fallback.
@@ -44,7 +44,8 @@ void run(const char* name, const at::Tensor& out, const at::Tensor& a, const at:
   if (out.numel() == 0) return;
   at::assert_no_internal_overlap(out);
   tpu_op op{};
-  op.code = bias.defined() ? TPU_OP_ADDMM : TPU_OP_MM;
+  op.code = TPU_OP_MATMUL;
+  op.fn = bias.defined() ? TPU_MATMUL_ADDMM : TPU_MATMUL_MM;
   op.n_in = bias.defined() ? 3 : 2;
   op.out = describe(out, name);
   op.in[0] = describe(a, name);

@@ -1,5 +1,5 @@
-// uniform_ and normal_ from the chip's Philox generator (TPU_OP_UNIFORM /
-// TPU_OP_NORMAL). Each call takes one fresh offset from the generator, so
+// uniform_ and normal_ from the chip's Philox generator (TPU_OP_RANDOM
+// records). Each call takes one fresh offset from the generator, so
 // the values depend on the seed and the call order only.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/DistributionsHelper.h>
@@ -17,7 +17,7 @@ bool float_type(at::ScalarType t) {
   return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
 }
 
-void run(const char* name, tpu_op_code code, at::Tensor& self, double a, double b,
+void run(const char* name, tpu_random_fn fn, at::Tensor& self, double a, double b,
          const std::optional<at::Generator>& gen) {
   TORCH_CHECK_TYPE(float_type(self.scalar_type()), name, ": expects a floating point tpu tensor, got ",
                    self.scalar_type());
@@ -31,7 +31,8 @@ void run(const char* name, tpu_op_code code, at::Tensor& self, double a, double 
   // the values do not depend on its strides.
   at::Tensor target = self.is_contiguous() ? self : at::empty(self.sizes(), self.options());
   tpu_op op{};
-  op.code = code;
+  op.code = TPU_OP_RANDOM;
+  op.fn = fn;
   describe_elementwise(name, {&target}, &op.out);
   op.p.rand.seed = g->current_seed();
   op.p.rand.offset = g->take_offset();
@@ -45,13 +46,13 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to, std::optional<at:
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from, " > to=", to);
   TORCH_CHECK(std::isfinite(from) && std::isfinite(to), "uniform_: from and to must be finite, got from=", from,
               " to=", to);
-  run("aten::uniform_", TPU_OP_UNIFORM, self, from, to, gen);
+  run("aten::uniform_", TPU_RANDOM_UNIFORM, self, from, to, gen);
   return self;
 }
 
 at::Tensor& normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
-  run("aten::normal_", TPU_OP_NORMAL, self, mean, std, gen);
+  run("aten::normal_", TPU_RANDOM_NORMAL, self, mean, std, gen);
   return self;
 }
 

@@ -1,4 +1,4 @@
-// sum and mean over any dims, as TPU_OP_SUM / TPU_OP_MEAN records. The
+// sum and mean over any dims, as TPU_OP_REDUCE records (TPU_REDUCE_SUM / _MEAN). The
 // kernel writes a keepdim-shaped view of the output, so keepdim=False and
 // out= need no extra copies.
 #include <ATen/MemoryOverlap.h>
@@ -18,17 +18,17 @@ namespace torch_tpu {
 namespace {
 
 struct ReduceKind {
-  tpu_op_code code;
+  tpu_reduce_fn code;
   const char* name;
 };
 
-const ReduceKind kSum{TPU_OP_SUM, "aten::sum"};
-const ReduceKind kMean{TPU_OP_MEAN, "aten::mean"};
+const ReduceKind kSum{TPU_REDUCE_SUM, "aten::sum"};
+const ReduceKind kMean{TPU_REDUCE_MEAN, "aten::mean"};
 
 at::ScalarType reduce_dtype(const ReduceKind& k, const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   if (dtype.has_value()) return *dtype;
   const at::ScalarType in = self.scalar_type();
-  if (k.code == TPU_OP_SUM && at::isIntegralType(in, /*includeBool=*/true)) return at::kLong;
+  if (k.code == TPU_REDUCE_SUM && at::isIntegralType(in, /*includeBool=*/true)) return at::kLong;
   return in;
 }
 
@@ -61,7 +61,8 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
       if (mask & (1u << d)) out_kd = out_kd.unsqueeze(d);
   if (out_kd.numel() == 0) return;
   tpu_op op{};
-  op.code = k.code;
+  op.code = TPU_OP_REDUCE;
+  op.fn = k.code;
   op.n_in = 1;
   op.out = describe(out_kd, k.name);
   op.in[0] = describe(self, k.name);
@@ -83,7 +84,7 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
 // too, instead of accumulating the exact values. Its mean computes in at
 // least f32 and does not; nor does the kernel.
 at::Tensor cast_input(const ReduceKind& k, const at::Tensor& self, at::ScalarType type) {
-  if (k.code != TPU_OP_SUM || converts_exactly(self.scalar_type(), type)) return self;
+  if (k.code != TPU_REDUCE_SUM || converts_exactly(self.scalar_type(), type)) return self;
   return self.to(type);
 }
 
@@ -99,7 +100,7 @@ void check_inputs(const ReduceKind& k, const at::Tensor& self, at::ScalarType ou
   }
   check_in_storage(self, k.name);
   const at::ScalarType inferred = dtype.value_or(self.scalar_type());
-  if (k.code == TPU_OP_MEAN)
+  if (k.code == TPU_REDUCE_MEAN)
     TORCH_CHECK(at::isFloatingType(inferred) && at::isFloatingType(out_type),
                 "mean(): could not infer output dtype. ",
                 "Input dtype must be either a floating point or complex dtype. Got: ",

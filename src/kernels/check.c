@@ -116,6 +116,75 @@ static tpu_status check_out_no_self_overlap(const tpu_op *op) {
     return TPU_OK;
 }
 
+/* Bytes [*lo, *hi) that t's elements span (t has elements). */
+static void byte_span(const tpu_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+    int64_t first = 0, last = 0; /* element offsets, known to fit (check_tensor) */
+    for (int32_t d = 0; d < t->ndim; d++) {
+        int64_t span = t->strides[d] * (t->sizes[d] - 1);
+        if (span < 0)
+            first += span;
+        else
+            last += span;
+    }
+    int64_t es = (int64_t)tpu_dtype_size(t->dtype);
+    *lo = (uintptr_t)t->data + (uintptr_t)(first * es);
+    *hi = (uintptr_t)t->data + (uintptr_t)((last + 1) * es);
+}
+
+/* True if a and b are the same view: same data, element size and sizes, and the
+ * same strides in every dim of size > 1. */
+static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
+    if (a->data != b->data || tpu_dtype_size(a->dtype) != tpu_dtype_size(b->dtype) ||
+        a->ndim != b->ndim)
+        return false;
+    for (int32_t d = 0; d < a->ndim; d++)
+        if (a->sizes[d] != b->sizes[d] || (a->sizes[d] > 1 && a->strides[d] != b->strides[d]))
+            return false;
+    return true;
+}
+
+/* The overlap rule of every record, as PyTorch states it for its kernels:
+ * out may share memory with an input only as the very same view, and
+ * only in the families that compute each element from the same element
+ * of their inputs (element-wise, copies, ADDMM's bias); anywhere else a
+ * shared byte is an error. Views whose byte spans intersect without being provably
+ * overlapping (interleaved strided views, x[:, 0] and x[:, 1]) are
+ * allowed, as PyTorch allows them: only two dense views are compared
+ * exactly (their spans are their bytes). */
+static tpu_status check_overlap(const tpu_op *op) {
+    const tpu_tensor *o = &op->out;
+    if (tpu_k_numel(o) == 0 || op->code == TPU_OP_COPY_D2H)
+        return TPU_OK; /* no bytes written, or written to host memory */
+    bool same_view_ok = op->code == TPU_OP_UNARY || op->code == TPU_OP_BINARY ||
+                        op->code == TPU_OP_COPY;
+    uintptr_t olo, ohi;
+    byte_span(o, &olo, &ohi);
+    for (int i = 0; i < op->n_in; i++) {
+        const tpu_tensor *t = &op->in[i];
+        if (tpu_k_numel(t) == 0 || (i == 0 && op->code == TPU_OP_COPY_H2D))
+            continue;
+        uintptr_t lo, hi;
+        byte_span(t, &lo, &hi);
+        if (hi <= olo || ohi <= lo)
+            continue; /* disjoint */
+        if (same_view(o, t)) {
+            /* ADDMM reads each bias element just before it writes that
+             * element of out, so in-place addmm_ is fine too. */
+            if (same_view_ok || (op->code == TPU_OP_MATMUL && i == 2))
+                continue;
+        } else if (!(tpu_k_is_dense(o) && tpu_k_is_dense(t))) {
+            continue; /* spans meet, elements may not: allowed, as in PyTorch */
+        }
+        return tpu_set_error(TPU_ERR_INVALID_ARG,
+                             "%s: out overlaps in[%d] (bytes %p..%p and %p..%p); unsupported "
+                             "operation: some elements of the input tensor and the written-to "
+                             "tensor refer to a single memory location",
+                             tpu_k_op_label(op), i, (void *)olo, (void *)ohi, (void *)lo,
+                             (void *)hi);
+    }
+    return TPU_OK;
+}
+
 /* in[i] must have exactly out's rank and sizes (already broadcast). */
 static tpu_status check_same_sizes(const tpu_op *op, int i) {
     const tpu_tensor *a = &op->in[i], *o = &op->out;
@@ -138,24 +207,32 @@ static tpu_status check_float_out(const tpu_op *op, const char *why) {
     return TPU_OK;
 }
 
-static tpu_status check_binary(const tpu_op *op) {
+/* UNARY and BINARY: inputs of out's sizes; the function's common dtype
+ * and its parameters. */
+static tpu_status check_elementwise(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
+    const tpu_k_fn_row *row = tpu_k_fn_row_of(op);
     for (int i = 0; i < op->n_in; i++) {
         tpu_status st = check_same_sizes(op, i);
         if (st != TPU_OK)
             return st;
     }
-    bool is_bool = op->out.dtype == TPU_DTYPE_BOOL;
-    if (is_bool && (op->code == TPU_OP_SUB || op->code == TPU_OP_DIV))
-        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported",
-                             name);
-    if (op->code == TPU_OP_DIV) {
-        tpu_rounding r = op->p.arith.rounding;
+    tpu_dtype common = op->p.ew.common;
+    if ((unsigned)common >= (unsigned)TPU_DTYPE_COUNT)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: invalid common dtype value %d", name,
+                             (int)common);
+    if (!tpu_k_takes_dtype(row->takes, common))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype %s is not supported",
+                             name, tpu_dtype_name(common));
+    if (op->code == TPU_OP_BINARY && op->fn == TPU_BINARY_DIV) {
+        tpu_rounding r = op->p.ew.rounding;
         if ((unsigned)r > (unsigned)TPU_ROUND_FLOOR)
             return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: invalid rounding mode %d", name,
                                  (int)r);
-        if (r == TPU_ROUND_NONE)
-            return check_float_out(op, "true division needs a floating out");
+        if (r == TPU_ROUND_NONE && !tpu_dtype_is_float(common))
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: true division of dtype %s "
+                                 "(it needs a floating common dtype)", name,
+                                 tpu_dtype_name(common));
     }
     return TPU_OK;
 }
@@ -181,7 +258,7 @@ static tpu_status check_reduce(const tpu_op *op) {
                                  (unsigned)mask, (long long)want, (int)d);
         }
     }
-    if (op->code == TPU_OP_MEAN)
+    if (op->fn == TPU_REDUCE_MEAN)
         return check_float_out(op, "mean needs a floating out");
     return TPU_OK;
 }
@@ -209,7 +286,7 @@ static tpu_status check_mm(const tpu_op *op) {
         return tpu_set_error(TPU_ERR_SHAPE, "%s: out is %lldx%lld but in[0] @ in[1] is %lldx%lld",
                              name, (long long)o->sizes[0], (long long)o->sizes[1],
                              (long long)a->sizes[0], (long long)b->sizes[1]);
-    if (op->code == TPU_OP_ADDMM && (op->in[2].sizes[0] != o->sizes[0] ||
+    if (op->fn == TPU_MATMUL_ADDMM && (op->in[2].sizes[0] != o->sizes[0] ||
                                      op->in[2].sizes[1] != o->sizes[1]))
         return tpu_set_error(TPU_ERR_SHAPE, "%s: in[2] is %lldx%lld but out is %lldx%lld", name,
                              (long long)op->in[2].sizes[0], (long long)op->in[2].sizes[1],
@@ -234,24 +311,23 @@ static tpu_status check_random(const tpu_op *op) {
     tpu_status st = check_float_out(op, "random values are floating");
     if (st != TPU_OK)
         return st;
-    if (op->code == TPU_OP_UNIFORM && !(isfinite(a) && isfinite(b) && a <= b && isfinite(b - a)))
+    if (op->fn == TPU_RANDOM_UNIFORM && !(isfinite(a) && isfinite(b) && a <= b && isfinite(b - a)))
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: range [%g, %g) is not a finite interval "
                              "with from <= to", name, a, b);
-    if (op->code == TPU_OP_NORMAL && !(isfinite(a) && isfinite(b) && b >= 0))
+    if (op->fn == TPU_RANDOM_NORMAL && !(isfinite(a) && isfinite(b) && b >= 0))
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: mean %g and std %g must be finite with "
                              "std >= 0", name, a, b);
     return TPU_OK;
 }
 
-/* Inputs each op reads: exact count, or a range for ADD..DIV. */
+/* Inputs each family reads: a range (BINARY: b is a tensor or a scalar;
+ * MATMUL: ADDMM has the bias as a third). */
 static const struct {
     int8_t min_in, max_in;
 } k_arity[] = {
-    [TPU_OP_COPY] = {1, 1}, [TPU_OP_COPY_H2D] = {1, 1}, [TPU_OP_COPY_D2H] = {1, 1},
-    [TPU_OP_FILL] = {0, 0}, [TPU_OP_ADD] = {1, 2},
-    [TPU_OP_SUB] = {1, 2},  [TPU_OP_MUL] = {1, 2},     [TPU_OP_DIV] = {1, 2},
-    [TPU_OP_SUM] = {1, 1},  [TPU_OP_MEAN] = {1, 1},    [TPU_OP_MM] = {2, 2},
-    [TPU_OP_ADDMM] = {3, 3}, [TPU_OP_UNIFORM] = {0, 0}, [TPU_OP_NORMAL] = {0, 0},
+    [TPU_OP_COPY] = {1, 1},   [TPU_OP_COPY_H2D] = {1, 1}, [TPU_OP_COPY_D2H] = {1, 1},
+    [TPU_OP_FILL] = {0, 0},   [TPU_OP_UNARY] = {1, 1},    [TPU_OP_BINARY] = {1, 2},
+    [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -262,8 +338,13 @@ tpu_status tpu_op_check(const tpu_op *op) {
     if ((unsigned)op->code >= (unsigned)TPU_OP_COUNT)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_check: invalid opcode %d",
                              (int)op->code);
+    if (op->fn < 0 || op->fn >= tpu_op_fn_count(op->code))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_check: %s has no function %d",
+                             tpu_op_name(op->code), (int)op->fn);
     const char *name = tpu_k_op_label(op);
     int lo = k_arity[op->code].min_in, hi = k_arity[op->code].max_in;
+    if (op->code == TPU_OP_MATMUL)
+        lo = hi = op->fn == TPU_MATMUL_ADDMM ? 3 : 2;
     if (op->n_in < lo || op->n_in > hi)
         return lo == hi ? tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected %d)",
                                         name, (int)op->n_in, lo)
@@ -281,22 +362,20 @@ tpu_status tpu_op_check(const tpu_op *op) {
         st = check_scratch(op);
     if (st != TPU_OK)
         return st;
+    /* The family's own rules, then the overlap rule (which reads sizes
+     * the family has checked). */
     switch (op->code) {
     case TPU_OP_COPY:
     case TPU_OP_COPY_H2D:
-    case TPU_OP_COPY_D2H: return check_same_sizes(op, 0);
-    case TPU_OP_FILL: return TPU_OK;
-    case TPU_OP_ADD:
-    case TPU_OP_SUB:
-    case TPU_OP_MUL:
-    case TPU_OP_DIV: return check_binary(op);
-    case TPU_OP_SUM:
-    case TPU_OP_MEAN: return check_reduce(op);
-    case TPU_OP_MM:
-    case TPU_OP_ADDMM: return check_mm(op);
-    case TPU_OP_UNIFORM:
-    case TPU_OP_NORMAL: return check_random(op);
-    case TPU_OP_COUNT: break;
+    case TPU_OP_COPY_D2H: st = check_same_sizes(op, 0); break;
+    case TPU_OP_FILL: break;
+    case TPU_OP_UNARY:
+    case TPU_OP_BINARY: st = check_elementwise(op); break;
+    case TPU_OP_REDUCE: st = check_reduce(op); break;
+    case TPU_OP_MATMUL: st = check_mm(op); break;
+    case TPU_OP_RANDOM: st = check_random(op); break;
+    case TPU_OP_COUNT:
+        return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
     }
-    return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
+    return st == TPU_OK ? check_overlap(op) : st;
 }

@@ -255,7 +255,7 @@ static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64
 static void store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
                         const float *cbuf, int64_t ldc) {
     const tpu_tensor *o = &op->out;
-    if (op->code == TPU_OP_MM && o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o)) {
+    if (op->fn == TPU_MATMUL_MM && o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o)) {
         float *base = (float *)o->data;
         for (int64_t i = 0; i < mb; i++) {
             float *row = base + (ic + i) * o->strides[0] + jc * o->strides[1];
@@ -266,7 +266,7 @@ static void store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, in
     }
     /* MM into a row-contiguous, aligned f16/bf16 out: round whole rows
      * with the run conversion (the same rounding as tpu_k_mm_store_f32). */
-    if (op->code == TPU_OP_MM && o->strides[1] == 1 && tpu_k_is_aligned(o) &&
+    if (op->fn == TPU_MATMUL_MM && o->strides[1] == 1 && tpu_k_is_aligned(o) &&
         (o->dtype == TPU_DTYPE_F16 || o->dtype == TPU_DTYPE_BF16)) {
         for (int64_t i = 0; i < mb; i++)
             tpu_k_cvt_from_f32(tpu_k_ptr(o, (ic + i) * o->strides[0] + jc), o->dtype,

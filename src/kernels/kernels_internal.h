@@ -50,8 +50,31 @@ enum {
 /* The one kernel signature, shared by reference and fast variants. */
 typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
 
-/* Name for messages: the submitter's name, else the opcode's. */
+/* Name for messages: the submitter's name, else the function's. */
 const char *tpu_k_op_label(const tpu_op *op);
+
+/* The dtypes an element-wise function takes (its common dtype). */
+typedef enum {
+    TPU_K_TAKES_FLOAT,    /* f32, f64, f16, bf16 */
+    TPU_K_TAKES_NOT_BOOL, /* floats and integers */
+    TPU_K_TAKES_ANY,      /* floats, integers and bool */
+    TPU_K_TAKES_INT_BOOL, /* integers and bool */
+    TPU_K_TAKES_INT,      /* integers only */
+} tpu_k_takes;
+
+/* One row of an element-wise family's function table (op_table.c). */
+typedef struct {
+    const char *name;
+    tpu_k_takes takes;
+    bool to_bool; /* the result is a bool, whatever the common dtype */
+} tpu_k_fn_row;
+
+/* The row of an UNARY or BINARY op's function; NULL for other families
+ * or an fn outside the family's table. */
+const tpu_k_fn_row *tpu_k_fn_row_of(const tpu_op *op);
+
+/* True if `takes` admits dtype dt. */
+bool tpu_k_takes_dtype(tpu_k_takes takes, tpu_dtype dt);
 
 /* True if the AVX2+FMA variants may run: this CPU has them (x86-64 only,
  * probed once, thread-safe) and the ISA cap (tpu_kernels_set_isa, or
@@ -64,11 +87,15 @@ tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_fill_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth);
 
-/* ADD, SUB, MUL, DIV (elementwise.c). */
+/* UNARY (unary.c). */
+tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth);
+
+/* BINARY (binary.c). */
 tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
 
-/* SUM, MEAN (reduce.c). */
+/* REDUCE (reduce.c). */
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
 
@@ -81,11 +108,11 @@ tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
 int64_t tpu_k_reduce_split_chunks(const tpu_op *op);
 tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth);
 
-/* MM, ADDMM (matmul.c; packed GEMM in gemm.c). */
+/* MATMUL (matmul.c; packed GEMM in gemm.c). */
 tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);
 
-/* UNIFORM, NORMAL (random.c): the counter-based reference kernel, and a
+/* RANDOM (random.c): the counter-based reference kernel, and a
  * fast NORMAL for row-major contiguous f32/f16/bf16 that generates the
  * Philox blocks in batches (same bytes). */
 tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth);

@@ -29,7 +29,7 @@ int tpu_k_mm_passes(const tpu_op *op) {
 void tpu_k_mm_store_f32(const tpu_op *op, int64_t i, int64_t j, float acc) {
     const tpu_tensor *o = &op->out;
     float v = acc;
-    if (op->code == TPU_OP_ADDMM) {
+    if (op->fn == TPU_MATMUL_ADDMM) {
         float alpha = (float)op->p.mm.alpha;
         bool use_bias = op->p.mm.beta != 0.0;
         float bias = 0.0f;
@@ -46,7 +46,7 @@ void tpu_k_mm_store_f32(const tpu_op *op, int64_t i, int64_t j, float acc) {
 void tpu_k_mm_store_f64(const tpu_op *op, int64_t i, int64_t j, double acc) {
     const tpu_tensor *o = &op->out;
     double v = acc;
-    if (op->code == TPU_OP_ADDMM) {
+    if (op->fn == TPU_MATMUL_ADDMM) {
         const tpu_tensor *c = &op->in[2];
         bool use_bias = op->p.mm.beta != 0.0;
         double bias = 0.0;

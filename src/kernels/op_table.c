@@ -1,6 +1,7 @@
-/* The op table: names, kernel dispatch (reference or fast), and how many
- * threads each op is worth. Every table here is indexed by tpu_op_code and
- * guarded by a static assert, so a new op fails to compile until it is
+/* The op table: names of families and their functions, kernel dispatch
+ * (reference or fast), and how many threads each op is worth. Every table
+ * here is indexed by tpu_op_code (or a family's fn enum) and guarded by a
+ * static assert, so a new family or function fails to compile until it is
  * named, given kernels and given a thread policy. */
 #include <limits.h>
 #include <stdatomic.h>
@@ -13,16 +14,151 @@
 #include "tpu/op.h"
 
 static const char *const k_op_names[] = {
-    [TPU_OP_COPY] = "copy",       [TPU_OP_COPY_H2D] = "copy_h2d", [TPU_OP_COPY_D2H] = "copy_d2h",
-    [TPU_OP_FILL] = "fill",       [TPU_OP_ADD] = "add",
-    [TPU_OP_SUB] = "sub",         [TPU_OP_MUL] = "mul",       [TPU_OP_DIV] = "div",
-    [TPU_OP_SUM] = "sum",         [TPU_OP_MEAN] = "mean",     [TPU_OP_MM] = "mm",
-    [TPU_OP_ADDMM] = "addmm",     [TPU_OP_UNIFORM] = "uniform", [TPU_OP_NORMAL] = "normal",
+    [TPU_OP_COPY] = "copy",     [TPU_OP_COPY_H2D] = "copy_h2d", [TPU_OP_COPY_D2H] = "copy_d2h",
+    [TPU_OP_FILL] = "fill",     [TPU_OP_UNARY] = "unary",       [TPU_OP_BINARY] = "binary",
+    [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a name");
 
-/* Reference and fast kernel of each op (same signature, same results). */
+/* Element-wise functions: name, dtypes taken, whether the result is a
+ * bool (tpu_k_fn_row in kernels_internal.h). A new function is a row
+ * here, a check-free scalar body in its family's kernel file, and a
+ * registration in csrc/aten. */
+static const tpu_k_fn_row k_unary[] = {
+    [TPU_UNARY_NEG] = {"neg", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_ABS] = {"abs", TPU_K_TAKES_ANY, false},
+    [TPU_UNARY_SIGN] = {"sign", TPU_K_TAKES_ANY, false},
+    [TPU_UNARY_RECIPROCAL] = {"reciprocal", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SQRT] = {"sqrt", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_RSQRT] = {"rsqrt", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_EXP] = {"exp", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_EXP2] = {"exp2", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_EXPM1] = {"expm1", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LOG] = {"log", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LOG2] = {"log2", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LOG10] = {"log10", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LOG1P] = {"log1p", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SIN] = {"sin", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_COS] = {"cos", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_TAN] = {"tan", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ASIN] = {"asin", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ACOS] = {"acos", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ATAN] = {"atan", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SINH] = {"sinh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_COSH] = {"cosh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_TANH] = {"tanh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ASINH] = {"asinh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ACOSH] = {"acosh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ATANH] = {"atanh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ERF] = {"erf", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ERFC] = {"erfc", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ERFINV] = {"erfinv", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_FLOOR] = {"floor", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_CEIL] = {"ceil", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_ROUND] = {"round", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_TRUNC] = {"trunc", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_FRAC] = {"frac", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SIGMOID] = {"sigmoid", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_RELU] = {"relu", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_GELU] = {"gelu", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_GELU_TANH] = {"gelu_tanh", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SILU] = {"silu", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_MISH] = {"mish", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SOFTPLUS] = {"softplus", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LEAKY_RELU] = {"leaky_relu", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ELU] = {"elu", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_HARDSWISH] = {"hardswish", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_HARDSIGMOID] = {"hardsigmoid", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_CLAMP] = {"clamp", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_UNARY_NAN_TO_NUM] = {"nan_to_num", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ISNAN] = {"isnan", TPU_K_TAKES_ANY, true},
+    [TPU_UNARY_ISINF] = {"isinf", TPU_K_TAKES_ANY, true},
+    [TPU_UNARY_ISPOSINF] = {"isposinf", TPU_K_TAKES_ANY, true},
+    [TPU_UNARY_ISNEGINF] = {"isneginf", TPU_K_TAKES_ANY, true},
+    [TPU_UNARY_LOGICAL_NOT] = {"logical_not", TPU_K_TAKES_ANY, true},
+    [TPU_UNARY_BITWISE_NOT] = {"bitwise_not", TPU_K_TAKES_INT_BOOL, false},
+};
+_Static_assert(sizeof k_unary / sizeof k_unary[0] == TPU_UNARY_COUNT,
+               "every tpu_unary_fn needs a name");
+
+static const tpu_k_fn_row k_binary[] = {
+    [TPU_BINARY_ADD] = {"add", TPU_K_TAKES_ANY, false},
+    [TPU_BINARY_SUB] = {"sub", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_BINARY_MUL] = {"mul", TPU_K_TAKES_ANY, false},
+    [TPU_BINARY_DIV] = {"div", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_BINARY_MAXIMUM] = {"maximum", TPU_K_TAKES_ANY, false},
+    [TPU_BINARY_MINIMUM] = {"minimum", TPU_K_TAKES_ANY, false},
+    [TPU_BINARY_FMAX] = {"fmax", TPU_K_TAKES_ANY, false},
+    [TPU_BINARY_FMIN] = {"fmin", TPU_K_TAKES_ANY, false},
+    [TPU_BINARY_POW] = {"pow", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_BINARY_REMAINDER] = {"remainder", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_BINARY_FMOD] = {"fmod", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_BINARY_ATAN2] = {"atan2", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_COPYSIGN] = {"copysign", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_XLOGY] = {"xlogy", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_EQ] = {"eq", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_NE] = {"ne", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_LT] = {"lt", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_LE] = {"le", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_GT] = {"gt", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_GE] = {"ge", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_LOGICAL_AND] = {"logical_and", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_LOGICAL_OR] = {"logical_or", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_LOGICAL_XOR] = {"logical_xor", TPU_K_TAKES_ANY, true},
+    [TPU_BINARY_BITWISE_AND] = {"bitwise_and", TPU_K_TAKES_INT_BOOL, false},
+    [TPU_BINARY_BITWISE_OR] = {"bitwise_or", TPU_K_TAKES_INT_BOOL, false},
+    [TPU_BINARY_BITWISE_XOR] = {"bitwise_xor", TPU_K_TAKES_INT_BOOL, false},
+    [TPU_BINARY_LSHIFT] = {"lshift", TPU_K_TAKES_INT, false},
+    [TPU_BINARY_RSHIFT] = {"rshift", TPU_K_TAKES_INT, false},
+    [TPU_BINARY_THRESHOLD] = {"threshold", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_BINARY_SIGMOID_BACKWARD] = {"sigmoid_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_TANH_BACKWARD] = {"tanh_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_GELU_BACKWARD] = {"gelu_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_GELU_TANH_BACKWARD] = {"gelu_tanh_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_SILU_BACKWARD] = {"silu_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_MISH_BACKWARD] = {"mish_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_LEAKY_RELU_BACKWARD] = {"leaky_relu_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_HARDSWISH_BACKWARD] = {"hardswish_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_HARDSIGMOID_BACKWARD] = {"hardsigmoid_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_SOFTPLUS_BACKWARD] = {"softplus_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_HARDTANH_BACKWARD] = {"hardtanh_backward", TPU_K_TAKES_FLOAT, false},
+};
+_Static_assert(sizeof k_binary / sizeof k_binary[0] == TPU_BINARY_COUNT,
+               "every tpu_binary_fn needs a name");
+
+static const char *const k_reduce_names[] = {[TPU_REDUCE_SUM] = "sum", [TPU_REDUCE_MEAN] = "mean"};
+_Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_COUNT,
+               "every tpu_reduce_fn needs a name");
+static const char *const k_matmul_names[] = {[TPU_MATMUL_MM] = "mm", [TPU_MATMUL_ADDMM] = "addmm"};
+_Static_assert(sizeof k_matmul_names / sizeof k_matmul_names[0] == TPU_MATMUL_COUNT,
+               "every tpu_matmul_fn needs a name");
+static const char *const k_random_names[] = {[TPU_RANDOM_UNIFORM] = "uniform",
+                                             [TPU_RANDOM_NORMAL] = "normal"};
+_Static_assert(sizeof k_random_names / sizeof k_random_names[0] == TPU_RANDOM_COUNT,
+               "every tpu_random_fn needs a name");
+
+/* Each family's function names (or rows) and count; neither: the family
+ * has one function, 0, named after the family. */
+static const struct {
+    const char *const *names;
+    const tpu_k_fn_row *rows;
+    int32_t count;
+} k_fns[] = {
+    [TPU_OP_COPY] = {NULL, NULL, 1},
+    [TPU_OP_COPY_H2D] = {NULL, NULL, 1},
+    [TPU_OP_COPY_D2H] = {NULL, NULL, 1},
+    [TPU_OP_FILL] = {NULL, NULL, 1},
+    [TPU_OP_UNARY] = {NULL, k_unary, TPU_UNARY_COUNT},
+    [TPU_OP_BINARY] = {NULL, k_binary, TPU_BINARY_COUNT},
+    [TPU_OP_REDUCE] = {k_reduce_names, NULL, TPU_REDUCE_COUNT},
+    [TPU_OP_MATMUL] = {k_matmul_names, NULL, TPU_MATMUL_COUNT},
+    [TPU_OP_RANDOM] = {k_random_names, NULL, TPU_RANDOM_COUNT},
+};
+_Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
+               "every tpu_op_code needs its function table");
+
+/* Reference and fast kernel of each family (same signature, same results). */
 static const struct {
     tpu_k_kernel ref, fast;
 } k_kernels[] = {
@@ -30,16 +166,11 @@ static const struct {
     [TPU_OP_COPY_H2D] = {tpu_k_copy_ref, tpu_k_copy_fast},
     [TPU_OP_COPY_D2H] = {tpu_k_copy_ref, tpu_k_copy_fast},
     [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast},
-    [TPU_OP_ADD] = {tpu_k_binary_ref, tpu_k_binary_fast},
-    [TPU_OP_SUB] = {tpu_k_binary_ref, tpu_k_binary_fast},
-    [TPU_OP_MUL] = {tpu_k_binary_ref, tpu_k_binary_fast},
-    [TPU_OP_DIV] = {tpu_k_binary_ref, tpu_k_binary_fast},
-    [TPU_OP_SUM] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
-    [TPU_OP_MEAN] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
-    [TPU_OP_MM] = {tpu_k_mm_ref, tpu_k_mm_fast},
-    [TPU_OP_ADDMM] = {tpu_k_mm_ref, tpu_k_mm_fast},
-    [TPU_OP_UNIFORM] = {tpu_k_random_ref, tpu_k_random_ref},
-    [TPU_OP_NORMAL] = {tpu_k_random_ref, tpu_k_random_fast},
+    [TPU_OP_UNARY] = {tpu_k_unary_ref, tpu_k_unary_fast},
+    [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast},
+    [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
+    [TPU_OP_MATMUL] = {tpu_k_mm_ref, tpu_k_mm_fast},
+    [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");
@@ -52,12 +183,11 @@ typedef enum {
 } work_kind;
 
 static const work_kind k_work[] = {
-    [TPU_OP_COPY] = WORK_ELEMENTS, [TPU_OP_COPY_H2D] = WORK_ELEMENTS,
-    [TPU_OP_COPY_D2H] = WORK_ELEMENTS, [TPU_OP_FILL] = WORK_ELEMENTS, [TPU_OP_ADD] = WORK_ELEMENTS,
-    [TPU_OP_SUB] = WORK_ELEMENTS,  [TPU_OP_MUL] = WORK_ELEMENTS,  [TPU_OP_DIV] = WORK_ELEMENTS,
-    [TPU_OP_SUM] = WORK_REDUCE,    [TPU_OP_MEAN] = WORK_REDUCE,   [TPU_OP_MM] = WORK_GEMM,
-    [TPU_OP_ADDMM] = WORK_GEMM,    [TPU_OP_UNIFORM] = WORK_ELEMENTS,
-    [TPU_OP_NORMAL] = WORK_ELEMENTS,
+    [TPU_OP_COPY] = WORK_ELEMENTS,  [TPU_OP_COPY_H2D] = WORK_ELEMENTS,
+    [TPU_OP_COPY_D2H] = WORK_ELEMENTS, [TPU_OP_FILL] = WORK_ELEMENTS,
+    [TPU_OP_UNARY] = WORK_ELEMENTS, [TPU_OP_BINARY] = WORK_ELEMENTS,
+    [TPU_OP_REDUCE] = WORK_REDUCE,  [TPU_OP_MATMUL] = WORK_GEMM,
+    [TPU_OP_RANDOM] = WORK_ELEMENTS,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a thread policy");
@@ -77,8 +207,38 @@ const char *tpu_op_name(tpu_op_code code) {
     return op_code_valid(code) ? k_op_names[code] : "invalid";
 }
 
+int32_t tpu_op_fn_count(tpu_op_code code) {
+    return op_code_valid(code) ? k_fns[code].count : 0;
+}
+
+const char *tpu_op_fn_name(tpu_op_code code, int32_t fn) {
+    if (!op_code_valid(code) || fn < 0 || fn >= k_fns[code].count)
+        return "invalid";
+    if (k_fns[code].rows)
+        return k_fns[code].rows[fn].name;
+    return k_fns[code].names ? k_fns[code].names[fn] : k_op_names[code];
+}
+
+bool tpu_k_takes_dtype(tpu_k_takes takes, tpu_dtype dt) {
+    bool is_float = tpu_dtype_is_float(dt), is_bool = dt == TPU_DTYPE_BOOL;
+    switch (takes) {
+    case TPU_K_TAKES_FLOAT: return is_float;
+    case TPU_K_TAKES_NOT_BOOL: return !is_bool;
+    case TPU_K_TAKES_ANY: return true;
+    case TPU_K_TAKES_INT_BOOL: return !is_float;
+    case TPU_K_TAKES_INT: return !is_float && !is_bool;
+    }
+    return false;
+}
+
+const tpu_k_fn_row *tpu_k_fn_row_of(const tpu_op *op) {
+    if (!op_code_valid(op->code) || op->fn < 0 || op->fn >= k_fns[op->code].count)
+        return NULL;
+    return k_fns[op->code].rows ? &k_fns[op->code].rows[op->fn] : NULL;
+}
+
 const char *tpu_k_op_label(const tpu_op *op) {
-    return op->name ? op->name : tpu_op_name(op->code);
+    return op->name ? op->name : tpu_op_fn_name(op->code, op->fn);
 }
 
 /* Clamps a wanted thread count to [1, MAX_THREADS]. */
@@ -227,7 +387,7 @@ bool tpu_k_cpu_has_avx2_fma(void) {
 
 /* Whether the op is a reduction split into fixed chunks (two phases). */
 static bool is_split_reduce(const tpu_op *op) {
-    return (op->code == TPU_OP_SUM || op->code == TPU_OP_MEAN) && tpu_k_reduce_split_chunks(op) > 0;
+    return op->code == TPU_OP_REDUCE && tpu_k_reduce_split_chunks(op) > 0;
 }
 
 int64_t tpu_op_scratch_bytes(const tpu_op *op) {
@@ -246,8 +406,9 @@ tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
      * the table and splitting the work rely on. */
     if (op == NULL)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run: op is NULL");
-    if (!op_code_valid(op->code))
-        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run: invalid opcode %d", (int)op->code);
+    if (!op_code_valid(op->code) || op->fn < 0 || op->fn >= k_fns[op->code].count)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run: invalid opcode %d, function %d",
+                             (int)op->code, (int)op->fn);
     if (nth < 1 || ith < 0 || ith >= nth)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: share ith=%d of nth=%d is out of range",
                              tpu_k_op_label(op), ith, nth);

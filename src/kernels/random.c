@@ -166,7 +166,7 @@ tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth) {
     philox_cache pc = {{(uint32_t)seed, (uint32_t)(seed >> 32)}, op->p.rand.offset, 0, false, {0}};
     double a = op->p.rand.a, b = op->p.rand.b;
     bool wide = o->dtype == TPU_DTYPE_F64;
-    bool uniform = op->code == TPU_OP_UNIFORM;
+    bool uniform = op->fn == TPU_RANDOM_UNIFORM;
     bool clamp = uniform && a < b; /* a == b: the only value is a itself */
 
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
@@ -279,7 +279,7 @@ tpu_status tpu_k_random_fast(const tpu_op *op, int ith, int nth) {
     const int64_t *strides[1] = {o->strides};
     tpu_k_shape sh;
     tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 1, strides);
-    if (op->code != TPU_OP_NORMAL || dt == TPU_DTYPE_F64 || sh.ndim > 1 ||
+    if (op->fn != TPU_RANDOM_NORMAL || dt == TPU_DTYPE_F64 || sh.ndim > 1 ||
         (sh.ndim == 1 && sh.strides[0][0] != 1))
         return tpu_k_random_ref(op, ith, nth);
     int64_t start, end;

@@ -43,7 +43,7 @@ static int64_t reduced_count(const tpu_op *op) {
 
 /* Turns a float sum over `count` elements into the op's result. */
 static double finish_f64(const tpu_op *op, double sum, int64_t count) {
-    if (op->code == TPU_OP_MEAN)
+    if (op->fn == TPU_REDUCE_MEAN)
         return count > 0 ? sum / (double)count : NAN;
     return sum;
 }

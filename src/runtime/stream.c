@@ -146,7 +146,7 @@ static void complete_locked(tpu_stream *s, uint64_t seq) {
 static void format_op_error(char *buf, size_t cap, const tpu_stream *s, const entry *e,
                             tpu_status st, const char *kernel_msg, bool hint) {
     const tpu_op *op = &e->u.op;
-    const char *name = op->name ? op->name : tpu_op_name(op->code);
+    const char *name = op->name ? op->name : tpu_op_fn_name(op->code, op->fn);
     if (!kernel_msg[0])
         kernel_msg = tpu_status_str(st);
     /* Drop one trailing period so the hint does not double it. */
@@ -415,7 +415,7 @@ static tpu_status check_live(const tpu_stream *s, const tpu_op *op, const char *
         return TPU_OK;
     char msg[TPU_MSG_MAX];
     snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
-    return tpu_set_error(st, "%s: %s: %s", op->name ? op->name : tpu_op_name(op->code), what, msg);
+    return tpu_set_error(st, "%s: %s: %s", op->name ? op->name : tpu_op_fn_name(op->code, op->fn), what, msg);
 }
 
 static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {

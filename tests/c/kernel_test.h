@@ -17,6 +17,40 @@
 #include "tpu/dtype.h"
 #include "tpu/op.h"
 
+/* ------------------------------------------------------- test op kinds */
+
+/* The ops the table-driven tests name, each a family and its function. */
+typedef enum {
+    T_COPY, T_COPY_H2D, T_COPY_D2H, T_FILL, T_ADD, T_SUB, T_MUL, T_DIV,
+    T_SUM, T_MEAN, T_MM, T_ADDMM, T_UNIFORM, T_NORMAL, T_KIND_COUNT
+} t_kind;
+
+static const struct {
+    tpu_op_code code;
+    int32_t fn;
+} t_kinds[T_KIND_COUNT] = {
+    [T_COPY] = {TPU_OP_COPY, 0},
+    [T_COPY_H2D] = {TPU_OP_COPY_H2D, 0},
+    [T_COPY_D2H] = {TPU_OP_COPY_D2H, 0},
+    [T_FILL] = {TPU_OP_FILL, 0},
+    [T_ADD] = {TPU_OP_BINARY, TPU_BINARY_ADD},
+    [T_SUB] = {TPU_OP_BINARY, TPU_BINARY_SUB},
+    [T_MUL] = {TPU_OP_BINARY, TPU_BINARY_MUL},
+    [T_DIV] = {TPU_OP_BINARY, TPU_BINARY_DIV},
+    [T_SUM] = {TPU_OP_REDUCE, TPU_REDUCE_SUM},
+    [T_MEAN] = {TPU_OP_REDUCE, TPU_REDUCE_MEAN},
+    [T_MM] = {TPU_OP_MATMUL, TPU_MATMUL_MM},
+    [T_ADDMM] = {TPU_OP_MATMUL, TPU_MATMUL_ADDMM},
+    [T_UNIFORM] = {TPU_OP_RANDOM, TPU_RANDOM_UNIFORM},
+    [T_NORMAL] = {TPU_OP_RANDOM, TPU_RANDOM_NORMAL},
+};
+
+/* Sets op's family and function to those of kind k. */
+static inline void t_set_kind(tpu_op *op, t_kind k) {
+    op->code = t_kinds[k].code;
+    op->fn = t_kinds[k].fn;
+}
+
 /* ------------------------------------------------ independent numerics */
 
 static inline size_t t_size(tpu_dtype dt) {
@@ -213,11 +247,11 @@ static inline tpu_status run_shares(const tpu_op *op_in, int nth) {
 }
 
 /* A 1-d (or transposed 2-d) random op over n elements of dt. */
-static inline tpu_op random_op(tpu_op_code code, tpu_dtype dt, void *data, int64_t n,
+static inline tpu_op random_op(t_kind code, tpu_dtype dt, void *data, int64_t n,
                                uint64_t seed, uint64_t offset, double a, double b) {
     tpu_op op;
     memset(&op, 0, sizeof op);
-    op.code = code;
+    t_set_kind(&op, code);
     op.out = (tpu_tensor){.data = data, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt,
                           .storage = data, .storage_nbytes = n * (int64_t)tpu_dtype_size(dt)};
     op.p.rand.seed = seed;

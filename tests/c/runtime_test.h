@@ -92,12 +92,14 @@ static inline tpu_op d2h_op(tpu_tensor out, tpu_tensor in) {
 static inline tpu_op div_trunc_op(tpu_tensor out, tpu_tensor a, tpu_tensor b) {
     tpu_op op;
     memset(&op, 0, sizeof op);
-    op.code = TPU_OP_DIV;
+    op.code = TPU_OP_BINARY;
+    op.fn = TPU_BINARY_DIV;
+    op.p.ew.common = out.dtype;
     op.n_in = 2;
     op.out = out;
     op.in[0] = a;
     op.in[1] = b;
-    op.p.arith.rounding = TPU_ROUND_TRUNC;
+    op.p.ew.rounding = TPU_ROUND_TRUNC;
     return op;
 }
 

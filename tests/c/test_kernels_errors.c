@@ -13,7 +13,7 @@
 static tpu_op div_op(tpu_dtype dt, void *out, void *a, void *b, int64_t n) {
     tpu_op op;
     memset(&op, 0, sizeof op);
-    op.code = TPU_OP_DIV;
+    t_set_kind(&op, T_DIV);
     op.n_in = 2;
     op.out = (tpu_tensor){.data = out, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt,
                           .storage = out, .storage_nbytes = n * (int64_t)tpu_dtype_size(dt)};
@@ -21,7 +21,8 @@ static tpu_op div_op(tpu_dtype dt, void *out, void *a, void *b, int64_t n) {
     op.in[0].data = op.in[0].storage = a;
     op.in[1] = op.out;
     op.in[1].data = op.in[1].storage = b;
-    op.p.arith.rounding = TPU_ROUND_TRUNC;
+    op.p.ew.rounding = TPU_ROUND_TRUNC;
+    op.p.ew.common = dt;
     return op;
 }
 
@@ -42,16 +43,16 @@ static void test_div_by_zero(void) {
     /* In share 2 of 3 only the last share fails. */
     CHECK_OK(tpu_op_run(&op, 0, 3));
     CHECK_STATUS(tpu_op_run(&op, 2, 3), TPU_ERR_DIV_BY_ZERO);
-    op.p.arith.rounding = TPU_ROUND_FLOOR;
+    op.p.ew.rounding = TPU_ROUND_FLOOR;
     CHECK_STATUS(run_shares(&op, 1), TPU_ERR_DIV_BY_ZERO);
     /* A scalar zero divisor. */
     op.n_in = 1;
-    op.p.arith.other = (tpu_scalar){0.0, 0};
+    op.p.ew.other = (tpu_scalar){0.0, 0};
     CHECK_STATUS(run_shares(&op, 1), TPU_ERR_DIV_BY_ZERO);
     /* Floats divide by zero the IEEE way. */
     float fa[3] = {1, -1, 0}, fb[3] = {0, 0, 0}, fo[3];
     tpu_op fop = div_op(F32, fo, fa, fb, 3);
-    fop.p.arith.rounding = TPU_ROUND_NONE;
+    fop.p.ew.rounding = TPU_ROUND_NONE;
     CHECK_OK(run_shares(&fop, 1));
     CHECK(isinf(fo[0]) && fo[0] > 0 && isinf(fo[1]) && fo[1] < 0 && isnan(fo[2]));
 }
@@ -61,7 +62,7 @@ static float g_a[64], g_b[64], g_o[64];
 static tpu_op base_add(void) {
     tpu_op op;
     memset(&op, 0, sizeof op);
-    op.code = TPU_OP_ADD;
+    t_set_kind(&op, T_ADD);
     op.n_in = 2;
     tpu_tensor t = {.data = g_o, .sizes = {2, 3}, .strides = {3, 1}, .ndim = 2, .dtype = F32,
                     .storage = g_o, .storage_nbytes = sizeof g_o};
@@ -70,15 +71,16 @@ static tpu_op base_add(void) {
     op.in[0] = t;
     t.data = t.storage = g_b;
     op.in[1] = t;
-    op.p.arith.alpha = (tpu_scalar){1.0, 1};
+    op.p.ew.alpha = (tpu_scalar){1.0, 1};
+    op.p.ew.common = F32;
     return op;
 }
 
-static tpu_op base_mm(tpu_op_code code, int64_t m, int64_t k, int64_t k2, int64_t n) {
+static tpu_op base_mm(t_kind code, int64_t m, int64_t k, int64_t k2, int64_t n) {
     tpu_op op;
     memset(&op, 0, sizeof op);
-    op.code = code;
-    op.n_in = code == TPU_OP_ADDMM ? 3 : 2;
+    t_set_kind(&op, code);
+    op.n_in = code == T_ADDMM ? 3 : 2;
     op.out = (tpu_tensor){g_o, {m, n}, {n, 1}, 2, F32, g_o, sizeof g_o};
     op.in[0] = (tpu_tensor){g_a, {m, k}, {k, 1}, 2, F32, g_a, sizeof g_a};
     op.in[1] = (tpu_tensor){g_b, {k2, n}, {n, 1}, 2, F32, g_b, sizeof g_b};
@@ -128,15 +130,51 @@ static void test_check_rejects(void) {
     op.in[0].sizes[1] = 3;
     expect_reject(&op, TPU_ERR_INVALID_ARG, "too many elements");
     op = base_add();
-    op.code = TPU_OP_SUB;
-    op.out.dtype = op.in[0].dtype = op.in[1].dtype = BOOL;
+    t_set_kind(&op, T_SUB);
+    op.out.dtype = op.in[0].dtype = op.in[1].dtype = op.p.ew.common = BOOL;
     expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "bool");
     op = base_add();
-    op.code = TPU_OP_DIV;
-    op.out.dtype = I32;
+    t_set_kind(&op, T_DIV);
+    op.out.dtype = op.p.ew.common = I32;
     expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "int32");
-    op.p.arith.rounding = (tpu_rounding)9;
+    op.p.ew.rounding = (tpu_rounding)9;
     expect_reject(&op, TPU_ERR_INVALID_ARG, "rounding");
+    /* Function codes and common dtypes. */
+    op = base_add();
+    op.fn = TPU_BINARY_COUNT;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "binary has no function");
+    op = base_add();
+    op.fn = TPU_BINARY_BITWISE_AND; /* integers and bool only */
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "bitwise_and: dtype float32 is not supported");
+    op = base_add();
+    op.p.ew.common = (tpu_dtype)77;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "common dtype");
+    op = base_add();
+    op.code = TPU_OP_UNARY;
+    op.fn = TPU_UNARY_EXP;
+    op.n_in = 1;
+    CHECK_OK(tpu_op_check(&op));
+    op.p.ew.common = I32; /* exp needs a float common dtype */
+    expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "exp: dtype int32");
+    /* Overlap: the same view in place is fine for element-wise ops; a
+     * shifted dense view of the same memory is not; interleaved strided
+     * views are allowed (PyTorch allows them). */
+    op = base_add();
+    op.in[0] = op.out;
+    CHECK_OK(tpu_op_check(&op));
+    op.in[0].data = (float *)op.out.data + 1;
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "out overlaps in[0]");
+    op = base_add();
+    op.out.sizes[1] = op.in[0].sizes[1] = op.in[1].sizes[1] = 1;
+    op.in[0] = op.out;
+    op.in[0].data = (float *)op.out.data + 1; /* column 1 of the 2x3 out's storage */
+    CHECK_OK(tpu_op_check(&op));
+    op = base_add();
+    t_set_kind(&op, T_SUM);
+    op.n_in = 1;
+    op.p.reduce.mask = 0;
+    op.in[0] = op.out; /* a reduction may not write its own input */
+    expect_reject(&op, TPU_ERR_INVALID_ARG, "out overlaps in[0]");
     /* Zero elements need no data. */
     op = base_add();
     op.out.sizes[0] = op.in[0].sizes[0] = op.in[1].sizes[0] = 0;
@@ -145,7 +183,7 @@ static void test_check_rejects(void) {
     CHECK_OK(run_shares(&op, 3));
     /* Reductions. */
     op = base_add();
-    op.code = TPU_OP_SUM;
+    t_set_kind(&op, T_SUM);
     op.n_in = 1;
     op.p.reduce.mask = 4;
     expect_reject(&op, TPU_ERR_INVALID_ARG, "beyond rank 2");
@@ -153,42 +191,42 @@ static void test_check_rejects(void) {
     expect_reject(&op, TPU_ERR_SHAPE, "mask 0x2");
     op.out.sizes[1] = 1;
     CHECK_OK(tpu_op_check(&op));
-    op.code = TPU_OP_MEAN;
+    t_set_kind(&op, T_MEAN);
     op.out.dtype = I64;
     expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "mean");
     /* Matrix products. */
-    op = base_mm(TPU_OP_MM, 3, 4, 5, 2);
+    op = base_mm(T_MM, 3, 4, 5, 2);
     expect_reject(&op, TPU_ERR_SHAPE, "mm: in[0] is 3x4 but in[1] is 5x2 (inner sizes differ)");
-    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op = base_mm(T_MM, 1, 2, 2, 3);
     CHECK_OK(tpu_op_check(&op));
     op.out.sizes[1] = 2;
     expect_reject(&op, TPU_ERR_SHAPE, "out is 1x2");
-    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op = base_mm(T_MM, 1, 2, 2, 3);
     op.in[1].dtype = F16;
     expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "share a dtype");
-    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op = base_mm(T_MM, 1, 2, 2, 3);
     op.out.dtype = op.in[0].dtype = op.in[1].dtype = I32;
     expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "int32");
-    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op = base_mm(T_MM, 1, 2, 2, 3);
     op.in[0].ndim = 3;
     op.in[0].sizes[2] = 1;
     expect_reject(&op, TPU_ERR_SHAPE, "2-d");
-    op = base_mm(TPU_OP_MM, 1, 2, 2, 3);
+    op = base_mm(T_MM, 1, 2, 2, 3);
     op.p.mm.precision = (tpu_precision)7;
     expect_reject(&op, TPU_ERR_INVALID_ARG, "precision");
-    op = base_mm(TPU_OP_ADDMM, 1, 2, 2, 3);
+    op = base_mm(T_ADDMM, 1, 2, 2, 3);
     CHECK_OK(tpu_op_check(&op));
     op.in[2].sizes[0] = 2;
     expect_reject(&op, TPU_ERR_SHAPE, "in[2] is 2x3");
     /* Random. */
     float r[4];
-    op = random_op(TPU_OP_UNIFORM, I32, r, 4, 0, 0, 0, 1);
+    op = random_op(T_UNIFORM, I32, r, 4, 0, 0, 0, 1);
     expect_reject(&op, TPU_ERR_UNSUPPORTED_DTYPE, "uniform");
-    op = random_op(TPU_OP_UNIFORM, F32, r, 4, 0, 0, 2, 1);
+    op = random_op(T_UNIFORM, F32, r, 4, 0, 0, 2, 1);
     expect_reject(&op, TPU_ERR_INVALID_ARG, "[2, 1)");
-    op = random_op(TPU_OP_NORMAL, F32, r, 4, 0, 0, 0, -1);
+    op = random_op(T_NORMAL, F32, r, 4, 0, 0, 0, -1);
     expect_reject(&op, TPU_ERR_INVALID_ARG, "std -1");
-    op = random_op(TPU_OP_UNIFORM, F32, r, 4, 0, 0, 0, INFINITY);
+    op = random_op(T_UNIFORM, F32, r, 4, 0, 0, 0, INFINITY);
     expect_reject(&op, TPU_ERR_INVALID_ARG, "finite");
     /* tpu_op_run's own guards. */
     op = base_add();
@@ -253,7 +291,7 @@ static void test_max_threads(void) {
     CHECK(tpu_op_max_threads(NULL) == 1);
     op.out.sizes[0] = op.in[0].sizes[0] = op.in[1].sizes[0] = 1 << 20;
     CHECK(tpu_op_max_threads(&op) > 1);
-    op.code = TPU_OP_SUM;
+    t_set_kind(&op, T_SUM);
     op.n_in = 1;
     op.p.reduce.mask = 3;
     op.out.sizes[0] = op.out.sizes[1] = 1;
@@ -267,9 +305,9 @@ static void test_max_threads(void) {
     CHECK_STATUS(tpu_op_run_phase(&op, 2, 0, 1), TPU_ERR_INVALID_ARG);
     op.in[0].strides[0] = 4; /* rows not contiguous: not split, one output, one thread */
     CHECK(tpu_op_max_threads(&op) == 1 && tpu_op_phases(&op) == 1 && tpu_op_scratch_bytes(&op) == 0);
-    op = base_mm(TPU_OP_MM, 16, 16, 16, 16);
+    op = base_mm(T_MM, 16, 16, 16, 16);
     CHECK(tpu_op_max_threads(&op) == 1);
-    op = base_mm(TPU_OP_MM, 1024, 1024, 1024, 1024);
+    op = base_mm(T_MM, 1024, 1024, 1024, 1024);
     CHECK(tpu_op_max_threads(&op) > 1);
 }
 

@@ -127,7 +127,7 @@ static void test_f2i_copy_matches_cpu(void) {
                             memset(out, 0x5a, MAXN * MAXSTEP * 8);
                             tpu_op op;
                             memset(&op, 0, sizeof op);
-                            op.code = TPU_OP_COPY;
+                            t_set_kind(&op, T_COPY);
                             op.n_in = 1;
                             op.in[0] = (tpu_tensor){.data = in, .sizes = {n}, .strides = {is},
                                                     .ndim = 1, .dtype = sdt, .storage = in,
@@ -168,7 +168,14 @@ static void test_dtype_basics(void) {
     CHECK(strcmp(tpu_dtype_name((tpu_dtype)77), "invalid") == 0);
     CHECK(tpu_dtype_is_float(TPU_DTYPE_F16) && !tpu_dtype_is_float(TPU_DTYPE_BOOL));
     CHECK(!tpu_dtype_is_float(TPU_DTYPE_COUNT));
-    CHECK(strcmp(tpu_op_name(TPU_OP_ADDMM), "addmm") == 0);
+    CHECK(strcmp(tpu_op_name(TPU_OP_MATMUL), "matmul") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_MATMUL, TPU_MATMUL_ADDMM), "addmm") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_UNARY, TPU_UNARY_GELU_TANH), "gelu_tanh") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_COPY, 0), "copy") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_COPY, 1), "invalid") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_BINARY, TPU_BINARY_COUNT), "invalid") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_COUNT, 0), "invalid") == 0);
+    CHECK(tpu_op_fn_count(TPU_OP_UNARY) == TPU_UNARY_COUNT && tpu_op_fn_count(TPU_OP_FILL) == 1);
     CHECK(strcmp(tpu_op_name(TPU_OP_COPY_H2D), "copy_h2d") == 0);
     CHECK(strcmp(tpu_op_name(TPU_OP_COUNT), "invalid") == 0);
     CHECK(strcmp(tpu_op_name((tpu_op_code)-3), "invalid") == 0);
@@ -298,7 +305,7 @@ static void test_random_stats(void) {
         for (int k = 0; k < 4; k++) {
             tpu_dtype dt = dts[k];
             double a = u ? 1.5 : -2.0, b = u ? 2.0 : 3.0;
-            tpu_op op = random_op(u ? TPU_OP_NORMAL : TPU_OP_UNIFORM, dt, buf, N, 42 + (uint64_t)k,
+            tpu_op op = random_op(u ? T_NORMAL : T_UNIFORM, dt, buf, N, 42 + (uint64_t)k,
                                   7, a, b);
             CHECK_OK(tpu_op_check(&op));
             tpu_kernels_set_reference(true);
@@ -345,7 +352,7 @@ static void test_random_stats(void) {
     /* The first four f32 uniforms of (seed 0, offset 0) are the top 24
      * bits of the Philox known answer. */
     float f[4];
-    tpu_op op = random_op(TPU_OP_UNIFORM, F32, f, 4, 0, 0, 0.0, 1.0);
+    tpu_op op = random_op(T_UNIFORM, F32, f, 4, 0, 0, 0.0, 1.0);
     CHECK_OK(run_shares(&op, 1));
     CHECK(f[0] == (float)((0x6627e8d5u >> 8) * 0x1p-24) &&
           f[3] == (float)((0x9b00dbd8u >> 8) * 0x1p-24));
@@ -358,7 +365,7 @@ static void test_random_stats(void) {
                   {F16, 0.0, 1.0}, {BF16, 5.0, 5.0}};
     for (size_t k = 0; k < sizeof narrow / sizeof narrow[0]; k++) {
         tpu_dtype dt = narrow[k].dt;
-        op = random_op(TPU_OP_UNIFORM, dt, buf, 20000, k, 3, narrow[k].a, narrow[k].b);
+        op = random_op(T_UNIFORM, dt, buf, 20000, k, 3, narrow[k].a, narrow[k].b);
         CHECK_OK(run_shares(&op, 2));
         int bad = 0;
         for (int64_t i = 0; i < 20000; i++) {
@@ -408,7 +415,7 @@ static void test_split_sum_is_deterministic(void) {
         double out[ROWS], first[ROWS];
         tpu_op op;
         memset(&op, 0, sizeof op);
-        op.code = TPU_OP_SUM;
+        t_set_kind(&op, T_SUM);
         op.n_in = 1;
         op.in[0] = (tpu_tensor){.data = buf, .sizes = {rows, cols}, .strides = {cols, 1}, .ndim = 2,
                                 .dtype = dt, .storage = buf, .storage_nbytes = (int64_t)N * (int64_t)es};

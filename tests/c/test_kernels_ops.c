@@ -102,7 +102,7 @@ static void tb_free(tbuf *b) {
 
 typedef struct {
     const char *label;
-    tpu_op_code op;
+    t_kind op;
     int ndim;
     int64_t sizes[4]; /* MM: {M, K, N} */
     tpu_dtype out, in[3];
@@ -117,156 +117,156 @@ typedef struct {
 
 static const krow k_rows[] = {
     /* element-wise, f32 fast-path shapes (8-lane body and tail) */
-    {"add f32", TPU_OP_ADD, 2, {37, 53}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"add f32 alpha", TPU_OP_ADD, 2, {301, 129}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 2.7, 0, 0, 0, 0},
-    {"sub f32 alpha", TPU_OP_SUB, 3, {5, 7, 9}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, -0.3, 0, 0, 0, 0},
-    {"mul f32 trans", TPU_OP_MUL, 3, {5, 7, 9}, F32, {F32, F32}, 2, L_TRANS, L_TRANS, 0, 1, 0, 0, 0, 0},
-    {"div f32", TPU_OP_DIV, 2, {19, 23}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_NONE, S_SPECIALS, 0},
-    {"div f32 trunc", TPU_OP_DIV, 2, {19, 23}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
-    {"div f32 floor", TPU_OP_DIV, 2, {19, 23}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, S_SPECIALS, 0},
-    {"add f32 scalar", TPU_OP_ADD, 2, {11, 13}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 1, 0.1, 0, 0, 0},
-    {"sub f32 1-d bcast", TPU_OP_SUB, 1, {37}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
-    {"add f32 bcast", TPU_OP_ADD, 3, {4, 6, 5}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
-    {"add f32 neg", TPU_OP_ADD, 3, {4, 6, 5}, F32, {F32, F32}, 2, L_NEG, L_NEG, 0, 1, 0, 0, 0, 0},
-    {"mul f32 pad", TPU_OP_MUL, 2, {9, 17}, F32, {F32, F32}, 2, L_PAD, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"add f32 inplace", TPU_OP_ADD, 2, {33, 7}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 1, 0.5, 0, 0, 0, 0},
-    {"div f32 inplace neg", TPU_OP_DIV, 2, {6, 7}, F32, {F32, F32}, 2, L_NEG, L_NEG, 1, 1, 0, TPU_ROUND_FLOOR, 0, 0},
-    {"add f32 scalar 0d", TPU_OP_ADD, 0, {0}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"add f32 empty", TPU_OP_ADD, 2, {0, 5}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"add bf16", TPU_OP_ADD, 2, {17, 19}, BF16, {BF16, F32}, 2, L_CONTIG, L_TRANS, 0, 1, 0, 0, 0, 0},
-    {"mul f16", TPU_OP_MUL, 2, {17, 19}, F16, {F16, F16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
-    {"div f16 floor", TPU_OP_DIV, 2, {17, 19}, F16, {F16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
-    {"add f64 alpha", TPU_OP_ADD, 2, {17, 19}, F64, {F64, F64}, 2, L_TRANS, L_CONTIG, 0, 1.3, 0, 0, 0, 0},
-    {"div f64 floor", TPU_OP_DIV, 2, {17, 19}, F64, {F64, F32}, 2, L_CONTIG, L_NEG, 0, 1, 0, TPU_ROUND_FLOOR, S_SPECIALS, 0},
-    {"add f32 = i32 + f32", TPU_OP_ADD, 2, {9, 10}, F32, {I32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"mul f64 = f16 * i64", TPU_OP_MUL, 2, {9, 10}, F64, {F16, I64}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"add i32 alpha", TPU_OP_ADD, 2, {13, 11}, I32, {I32, I32}, 2, L_CONTIG, L_CONTIG, 0, 3, 0, 0, 0, 0},
-    {"sub i64", TPU_OP_SUB, 2, {13, 11}, I64, {I64, I64}, 2, L_TRANS, L_NEG, 0, -7, 0, 0, 0, 0},
-    {"mul i8", TPU_OP_MUL, 2, {13, 11}, I8, {I8, I8}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"mul u8 scalar", TPU_OP_MUL, 1, {100}, U8, {U8}, 1, L_CONTIG, L_CONTIG, 0, 1, 3, 0, 0, 0},
-    {"div i32 trunc", TPU_OP_DIV, 2, {13, 11}, I32, {I32, I16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
-    {"div i64 floor", TPU_OP_DIV, 2, {13, 11}, I64, {I64, I8}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
-    {"div i64 edges", TPU_OP_DIV, 1, {8}, I64, {I64, I64}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, S_INT_EDGE, 0},
-    {"div i64 edges trunc", TPU_OP_DIV, 1, {8}, I64, {I64, I64}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_TRUNC, S_INT_EDGE, 0},
-    {"div u8 floor", TPU_OP_DIV, 2, {13, 11}, U8, {U8, U8}, 2, L_PAD, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
-    {"add i16 = f32 + i16", TPU_OP_ADD, 2, {8, 9}, I16, {F32, I16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
-    {"add bool", TPU_OP_ADD, 2, {8, 9}, BOOL, {BOOL, BOOL}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
-    {"mul bool = bool * f32", TPU_OP_MUL, 2, {8, 9}, BOOL, {BOOL, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
-    {"add f32 misaligned", TPU_OP_ADD, 2, {33, 9}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
+    {"add f32", T_ADD, 2, {37, 53}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"add f32 alpha", T_ADD, 2, {301, 129}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 2.7, 0, 0, 0, 0},
+    {"sub f32 alpha", T_SUB, 3, {5, 7, 9}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, -0.3, 0, 0, 0, 0},
+    {"mul f32 trans", T_MUL, 3, {5, 7, 9}, F32, {F32, F32}, 2, L_TRANS, L_TRANS, 0, 1, 0, 0, 0, 0},
+    {"div f32", T_DIV, 2, {19, 23}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_NONE, S_SPECIALS, 0},
+    {"div f32 trunc", T_DIV, 2, {19, 23}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
+    {"div f32 floor", T_DIV, 2, {19, 23}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, S_SPECIALS, 0},
+    {"add f32 scalar", T_ADD, 2, {11, 13}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 1, 0.1, 0, 0, 0},
+    {"sub f32 1-d bcast", T_SUB, 1, {37}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
+    {"add f32 bcast", T_ADD, 3, {4, 6, 5}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
+    {"add f32 neg", T_ADD, 3, {4, 6, 5}, F32, {F32, F32}, 2, L_NEG, L_NEG, 0, 1, 0, 0, 0, 0},
+    {"mul f32 pad", T_MUL, 2, {9, 17}, F32, {F32, F32}, 2, L_PAD, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"add f32 inplace", T_ADD, 2, {33, 7}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 1, 0.5, 0, 0, 0, 0},
+    {"div f32 inplace neg", T_DIV, 2, {6, 7}, F32, {F32, F32}, 2, L_NEG, L_NEG, 1, 1, 0, TPU_ROUND_FLOOR, 0, 0},
+    {"add f32 scalar 0d", T_ADD, 0, {0}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"add f32 empty", T_ADD, 2, {0, 5}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"add bf16", T_ADD, 2, {17, 19}, BF16, {BF16, F32}, 2, L_CONTIG, L_TRANS, 0, 1, 0, 0, 0, 0},
+    {"mul f16", T_MUL, 2, {17, 19}, F16, {F16, F16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"div f16 floor", T_DIV, 2, {17, 19}, F16, {F16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
+    {"add f64 alpha", T_ADD, 2, {17, 19}, F64, {F64, F64}, 2, L_TRANS, L_CONTIG, 0, 1.3, 0, 0, 0, 0},
+    {"div f64 floor", T_DIV, 2, {17, 19}, F64, {F64, F32}, 2, L_CONTIG, L_NEG, 0, 1, 0, TPU_ROUND_FLOOR, S_SPECIALS, 0},
+    {"add f32 = i32 + f32", T_ADD, 2, {9, 10}, F32, {I32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"mul f64 = f16 * i64", T_MUL, 2, {9, 10}, F64, {F16, I64}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"add i32 alpha", T_ADD, 2, {13, 11}, I32, {I32, I32}, 2, L_CONTIG, L_CONTIG, 0, 3, 0, 0, 0, 0},
+    {"sub i64", T_SUB, 2, {13, 11}, I64, {I64, I64}, 2, L_TRANS, L_NEG, 0, -7, 0, 0, 0, 0},
+    {"mul i8", T_MUL, 2, {13, 11}, I8, {I8, I8}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"mul u8 scalar", T_MUL, 1, {100}, U8, {U8}, 1, L_CONTIG, L_CONTIG, 0, 1, 3, 0, 0, 0},
+    {"div i32 trunc", T_DIV, 2, {13, 11}, I32, {I32, I16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
+    {"div i64 floor", T_DIV, 2, {13, 11}, I64, {I64, I8}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
+    {"div i64 edges", T_DIV, 1, {8}, I64, {I64, I64}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, S_INT_EDGE, 0},
+    {"div i64 edges trunc", T_DIV, 1, {8}, I64, {I64, I64}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_TRUNC, S_INT_EDGE, 0},
+    {"div u8 floor", T_DIV, 2, {13, 11}, U8, {U8, U8}, 2, L_PAD, L_CONTIG, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
+    {"add i16 = f32 + i16", T_ADD, 2, {8, 9}, I16, {F32, I16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"add bool", T_ADD, 2, {8, 9}, BOOL, {BOOL, BOOL}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, 0, 0},
+    {"mul bool = bool * f32", T_MUL, 2, {8, 9}, BOOL, {BOOL, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"add f32 misaligned", T_ADD, 2, {33, 9}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
     /* element-wise row path (row / column broadcast) and f16/bf16 staging */
-    {"mul f32 row bcast", TPU_OP_MUL, 2, {37, 53}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, S_SPECIALS, 0},
-    {"sub f32 col bcast alpha", TPU_OP_SUB, 3, {3, 37, 29}, F32, {F32, F32}, 2, L_CONTIG, L_COLB, 0, 1.5, 0, 0, 0, 0},
-    {"div f32 floor row bcast", TPU_OP_DIV, 2, {9, 21}, F32, {F32, F32}, 2, L_PAD, L_BCAST, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
-    {"mul f32 row bcast trans out", TPU_OP_MUL, 2, {9, 21}, F32, {F32, F32}, 2, L_TRANS, L_BCAST, 0, 1, 0, 0, 0, 0},
-    {"add bf16 inplace", TPU_OP_ADD, 2, {33, 77}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 1, 1, 0, 0, S_SPECIALS, 0},
-    {"add bf16 inplace alpha", TPU_OP_ADD, 1, {1029}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 1, 0.3, 0, 0, 0, 0},
-    {"mul bf16 specials", TPU_OP_MUL, 2, {17, 300}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
-    {"div bf16 = f32 / f32", TPU_OP_DIV, 2, {17, 31}, BF16, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_NONE, S_SPECIALS, 0},
-    {"add f32 = bf16 + f16", TPU_OP_ADD, 2, {17, 31}, F32, {BF16, F16}, 2, L_CONTIG, L_CONTIG, 0, 2, 0, 0, S_SPECIALS, 0},
-    {"mul bf16 row bcast f32", TPU_OP_MUL, 2, {13, 267}, BF16, {BF16, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
-    {"add f16 col bcast", TPU_OP_ADD, 2, {13, 267}, F16, {F16, F16}, 2, L_CONTIG, L_COLB, 0, 1, 0, 0, S_SPECIALS, 0},
-    {"sub bf16 pad", TPU_OP_SUB, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_PAD, L_PAD, 0, 1, 0, 0, 0, 0},
-    {"mul bf16 scalar", TPU_OP_MUL, 2, {13, 45}, BF16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 1, 0.3, 0, 0, 0},
-    {"add bf16 trans", TPU_OP_ADD, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_TRANS, L_TRANS, 0, 1, 0, 0, 0, 0},
-    {"add bf16 misaligned", TPU_OP_ADD, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
-    {"div f16 trunc neg", TPU_OP_DIV, 2, {13, 45}, F16, {F16, F16}, 2, L_NEG, L_NEG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
+    {"mul f32 row bcast", T_MUL, 2, {37, 53}, F32, {F32, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"sub f32 col bcast alpha", T_SUB, 3, {3, 37, 29}, F32, {F32, F32}, 2, L_CONTIG, L_COLB, 0, 1.5, 0, 0, 0, 0},
+    {"div f32 floor row bcast", T_DIV, 2, {9, 21}, F32, {F32, F32}, 2, L_PAD, L_BCAST, 0, 1, 0, TPU_ROUND_FLOOR, 0, 0},
+    {"mul f32 row bcast trans out", T_MUL, 2, {9, 21}, F32, {F32, F32}, 2, L_TRANS, L_BCAST, 0, 1, 0, 0, 0, 0},
+    {"add bf16 inplace", T_ADD, 2, {33, 77}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 1, 1, 0, 0, S_SPECIALS, 0},
+    {"add bf16 inplace alpha", T_ADD, 1, {1029}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 1, 0.3, 0, 0, 0, 0},
+    {"mul bf16 specials", T_MUL, 2, {17, 300}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"div bf16 = f32 / f32", T_DIV, 2, {17, 31}, BF16, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_ROUND_NONE, S_SPECIALS, 0},
+    {"add f32 = bf16 + f16", T_ADD, 2, {17, 31}, F32, {BF16, F16}, 2, L_CONTIG, L_CONTIG, 0, 2, 0, 0, S_SPECIALS, 0},
+    {"mul bf16 row bcast f32", T_MUL, 2, {13, 267}, BF16, {BF16, F32}, 2, L_CONTIG, L_BCAST, 0, 1, 0, 0, 0, 0},
+    {"add f16 col bcast", T_ADD, 2, {13, 267}, F16, {F16, F16}, 2, L_CONTIG, L_COLB, 0, 1, 0, 0, S_SPECIALS, 0},
+    {"sub bf16 pad", T_SUB, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_PAD, L_PAD, 0, 1, 0, 0, 0, 0},
+    {"mul bf16 scalar", T_MUL, 2, {13, 45}, BF16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 1, 0.3, 0, 0, 0},
+    {"add bf16 trans", T_ADD, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_TRANS, L_TRANS, 0, 1, 0, 0, 0, 0},
+    {"add bf16 misaligned", T_ADD, 2, {13, 45}, BF16, {BF16, BF16}, 2, L_ODD, L_ODD, 0, 1, 0, 0, 0, 0},
+    {"div f16 trunc neg", T_DIV, 2, {13, 45}, F16, {F16, F16}, 2, L_NEG, L_NEG, 0, 1, 0, TPU_ROUND_TRUNC, 0, 0},
     /* copy and fill */
-    {"copy f32", TPU_OP_COPY, 2, {300, 129}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
-    {"copy f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F32, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, 0, 0},
-    {"copy f64 <- f32 misaligned", TPU_OP_COPY, 2, {30, 9}, F64, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 0, 0, 0},
-    {"copy f32 transpose", TPU_OP_COPY, 3, {7, 9, 11}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy f32", T_COPY, 2, {300, 129}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy f32 misaligned", T_COPY, 2, {30, 9}, F32, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, 0, 0},
+    {"copy f64 <- f32 misaligned", T_COPY, 2, {30, 9}, F64, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 0, 0, 0},
+    {"copy f32 transpose", T_COPY, 3, {7, 9, 11}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
     /* host <-> device transfers run the same kernels as on-chip copies */
-    {"copy_h2d bf16 <- f32 transpose", TPU_OP_COPY_H2D, 2, {33, 17}, BF16, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0,
+    {"copy_h2d bf16 <- f32 transpose", T_COPY_H2D, 2, {33, 17}, BF16, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0,
      S_SPECIALS, 0},
-    {"copy_d2h i64 <- i32 padded", TPU_OP_COPY_D2H, 2, {9, 21}, I64, {I32}, 1, L_PAD, L_CONTIG, 0, 0, 0, 0, 0, 0},
-    {"copy f16 neg", TPU_OP_COPY, 2, {7, 9}, F16, {F16}, 1, L_NEG, L_PAD, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f32 <- f16", TPU_OP_COPY, 2, {7, 9}, F32, {F16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy bf16 <- f32", TPU_OP_COPY, 2, {7, 9}, BF16, {F32}, 1, L_PAD, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f16 <- f64", TPU_OP_COPY, 2, {7, 9}, F16, {F64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f64 <- f32 neg", TPU_OP_COPY, 2, {7, 9}, F64, {F32}, 1, L_NEG, L_CONTIG, 0, 0, 0, 0, 0, 0},
-    {"copy i32 <- f32", TPU_OP_COPY, 2, {7, 9}, I32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i64 <- f32", TPU_OP_COPY, 2, {7, 9}, I64, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy u8 <- f64", TPU_OP_COPY, 2, {7, 9}, U8, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i8 <- i64", TPU_OP_COPY, 2, {7, 9}, I8, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
-    {"copy bool <- bf16", TPU_OP_COPY, 2, {7, 9}, BOOL, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f32 <- bool", TPU_OP_COPY, 2, {7, 9}, F32, {BOOL}, 1, L_TRANS, L_CONTIG, 0, 0, 0, 0, 0, 0},
-    {"copy f16 <- bf16", TPU_OP_COPY, 2, {7, 9}, F16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i64 <- i16 bcast", TPU_OP_COPY, 2, {7, 9}, I64, {I16}, 1, L_CONTIG, L_BCAST, 0, 0, 0, 0, 0, 0},
+    {"copy_d2h i64 <- i32 padded", T_COPY_D2H, 2, {9, 21}, I64, {I32}, 1, L_PAD, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy f16 neg", T_COPY, 2, {7, 9}, F16, {F16}, 1, L_NEG, L_PAD, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 <- f16", T_COPY, 2, {7, 9}, F32, {F16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy bf16 <- f32", T_COPY, 2, {7, 9}, BF16, {F32}, 1, L_PAD, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f16 <- f64", T_COPY, 2, {7, 9}, F16, {F64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f64 <- f32 neg", T_COPY, 2, {7, 9}, F64, {F32}, 1, L_NEG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy i32 <- f32", T_COPY, 2, {7, 9}, I32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i64 <- f32", T_COPY, 2, {7, 9}, I64, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy u8 <- f64", T_COPY, 2, {7, 9}, U8, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i8 <- i64", T_COPY, 2, {7, 9}, I8, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy bool <- bf16", T_COPY, 2, {7, 9}, BOOL, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 <- bool", T_COPY, 2, {7, 9}, F32, {BOOL}, 1, L_TRANS, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy f16 <- bf16", T_COPY, 2, {7, 9}, F16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i64 <- i16 bcast", T_COPY, 2, {7, 9}, I64, {I16}, 1, L_CONTIG, L_BCAST, 0, 0, 0, 0, 0, 0},
     /* float -> integer out of range: through int32 for i32/i16/i8, int64 for i64/u8 */
-    {"copy i8 <- f32", TPU_OP_COPY, 2, {37, 53}, I8, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i16 <- bf16", TPU_OP_COPY, 2, {7, 9}, I16, {BF16}, 1, L_PAD, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy u8 <- f32", TPU_OP_COPY, 2, {37, 53}, U8, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i32 <- f64 neg", TPU_OP_COPY, 2, {7, 9}, I32, {F64}, 1, L_NEG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i64 <- f16", TPU_OP_COPY, 2, {7, 9}, I64, {F16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy i8 <- f64", TPU_OP_COPY, 2, {7, 9}, I8, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i8 <- f32", T_COPY, 2, {37, 53}, I8, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i16 <- bf16", T_COPY, 2, {7, 9}, I16, {BF16}, 1, L_PAD, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy u8 <- f32", T_COPY, 2, {37, 53}, U8, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i32 <- f64 neg", T_COPY, 2, {7, 9}, I32, {F64}, 1, L_NEG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i64 <- f16", T_COPY, 2, {7, 9}, I64, {F16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy i8 <- f64", T_COPY, 2, {7, 9}, I8, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
     /* copy fast paths: blocked transposes (8x8 register blocks and ragged
      * edges), flat and row-run conversions */
-    {"copy f32 transpose 2-d", TPU_OP_COPY, 2, {67, 45}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f32 transpose small", TPU_OP_COPY, 2, {3, 5}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
-    {"copy f32 transpose pad out", TPU_OP_COPY, 2, {40, 24}, F32, {F32}, 1, L_PAD, L_TRANS, 0, 0, 0, 0, 0, 0},
-    {"copy f64 transpose", TPU_OP_COPY, 2, {37, 19}, F64, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
-    {"copy bf16 transpose", TPU_OP_COPY, 2, {37, 19}, BF16, {BF16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
-    {"copy u8 transpose 3-d", TPU_OP_COPY, 3, {5, 17, 19}, U8, {U8}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
-    {"copy bf16 <- f32 flat", TPU_OP_COPY, 2, {37, 53}, BF16, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f32 <- bf16 flat", TPU_OP_COPY, 2, {37, 53}, F32, {BF16}, 1, L_TRANS, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f16 <- f32 flat", TPU_OP_COPY, 2, {37, 53}, F16, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy bf16 <- f32 misaligned", TPU_OP_COPY, 2, {37, 53}, BF16, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, S_SPECIALS, 0},
-    {"copy f32 <- bf16 pad", TPU_OP_COPY, 2, {37, 53}, F32, {BF16}, 1, L_CONTIG, L_PAD, 0, 0, 0, 0, 0, 0},
-    {"fill f32", TPU_OP_FILL, 2, {70, 9}, F32, {F32}, 0, L_CONTIG, L_CONTIG, 0, 0.1, 0, 0, 0, 0},
-    {"fill bf16 neg", TPU_OP_FILL, 2, {7, 9}, BF16, {F32}, 0, L_NEG, L_CONTIG, 0, 0.1, 0, 0, 0, 0},
-    {"fill f16 pad", TPU_OP_FILL, 2, {7, 9}, F16, {F32}, 0, L_PAD, L_CONTIG, 0, 1e6, 0, 0, 0, 0},
-    {"fill i8 wraps", TPU_OP_FILL, 2, {7, 9}, I8, {F32}, 0, L_TRANS, L_CONTIG, 0, 300, 0, 0, 0, 0},
-    {"fill u8", TPU_OP_FILL, 1, {5}, U8, {F32}, 0, L_CONTIG, L_CONTIG, 0, -1, 0, 0, 0, 0},
-    {"fill bool", TPU_OP_FILL, 1, {5}, BOOL, {F32}, 0, L_CONTIG, L_CONTIG, 0, 2, 0, 0, 0, 0},
-    {"fill f64", TPU_OP_FILL, 0, {0}, F64, {F32}, 0, L_CONTIG, L_CONTIG, 0, -2.5, 0, 0, 0, 0},
+    {"copy f32 transpose 2-d", T_COPY, 2, {67, 45}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 transpose small", T_COPY, 2, {3, 5}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy f32 transpose pad out", T_COPY, 2, {40, 24}, F32, {F32}, 1, L_PAD, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy f64 transpose", T_COPY, 2, {37, 19}, F64, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy bf16 transpose", T_COPY, 2, {37, 19}, BF16, {BF16}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy u8 transpose 3-d", T_COPY, 3, {5, 17, 19}, U8, {U8}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 0},
+    {"copy bf16 <- f32 flat", T_COPY, 2, {37, 53}, BF16, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 <- bf16 flat", T_COPY, 2, {37, 53}, F32, {BF16}, 1, L_TRANS, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f16 <- f32 flat", T_COPY, 2, {37, 53}, F16, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy bf16 <- f32 misaligned", T_COPY, 2, {37, 53}, BF16, {F32}, 1, L_CONTIG, L_ODD, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy f32 <- bf16 pad", T_COPY, 2, {37, 53}, F32, {BF16}, 1, L_CONTIG, L_PAD, 0, 0, 0, 0, 0, 0},
+    {"fill f32", T_FILL, 2, {70, 9}, F32, {F32}, 0, L_CONTIG, L_CONTIG, 0, 0.1, 0, 0, 0, 0},
+    {"fill bf16 neg", T_FILL, 2, {7, 9}, BF16, {F32}, 0, L_NEG, L_CONTIG, 0, 0.1, 0, 0, 0, 0},
+    {"fill f16 pad", T_FILL, 2, {7, 9}, F16, {F32}, 0, L_PAD, L_CONTIG, 0, 1e6, 0, 0, 0, 0},
+    {"fill i8 wraps", T_FILL, 2, {7, 9}, I8, {F32}, 0, L_TRANS, L_CONTIG, 0, 300, 0, 0, 0, 0},
+    {"fill u8", T_FILL, 1, {5}, U8, {F32}, 0, L_CONTIG, L_CONTIG, 0, -1, 0, 0, 0, 0},
+    {"fill bool", T_FILL, 1, {5}, BOOL, {F32}, 0, L_CONTIG, L_CONTIG, 0, 2, 0, 0, 0, 0},
+    {"fill f64", T_FILL, 0, {0}, F64, {F32}, 0, L_CONTIG, L_CONTIG, 0, -2.5, 0, 0, 0, 0},
     /* reductions (param = mask) */
-    {"sum f32 last", TPU_OP_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 4, 0, 1e-6},
-    {"sum f32 last two", TPU_OP_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_NEG, L_CONTIG, 0, 0, 0, 6, 0, 1e-6},
-    {"sum f32 first", TPU_OP_SUM, 3, {30, 4, 7}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
-    {"sum f32 first two", TPU_OP_SUM, 3, {30, 4, 7}, F64, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 1e-12},
-    {"sum f32 middle", TPU_OP_SUM, 3, {3, 40, 7}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
-    {"sum f32 all", TPU_OP_SUM, 2, {70, 1000}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 1e-6},
-    {"sum f32 misaligned", TPU_OP_SUM, 2, {30, 9}, F32, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 2, 0, 1e-6},
-    {"sum f32 transposed", TPU_OP_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 5, 0, 1e-6},
-    {"sum f16 -> f32", TPU_OP_SUM, 2, {9, 33}, F32, {F16}, 1, L_CONTIG, L_PAD, 0, 0, 0, 2, 0, 1e-6},
-    {"sum bf16 -> bf16", TPU_OP_SUM, 2, {9, 33}, BF16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
-    {"sum i32 -> i64", TPU_OP_SUM, 2, {9, 33}, I64, {I32}, 1, L_CONTIG, L_NEG, 0, 0, 0, 2, 0, 0},
-    {"sum i64 wraps", TPU_OP_SUM, 2, {9, 33}, I64, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 0},
-    {"sum bool -> i64", TPU_OP_SUM, 2, {9, 33}, I64, {BOOL}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 0},
-    {"sum f32 -> i32", TPU_OP_SUM, 2, {9, 33}, I32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 0},
-    {"sum f64 -> i32 specials", TPU_OP_SUM, 2, {9, 33}, I32, {F64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, S_SPECIALS, 0},
-    {"sum none", TPU_OP_SUM, 2, {9, 33}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 1e-6},
-    {"sum empty dim", TPU_OP_SUM, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
-    {"sum 0-d", TPU_OP_SUM, 0, {0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 1e-6},
-    {"mean f32 last", TPU_OP_MEAN, 2, {9, 70}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
-    {"sum f32 first wide", TPU_OP_SUM, 2, {13, 1100}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
-    {"mean f32 first three", TPU_OP_MEAN, 2, {3, 21}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
-    {"mean f32 first", TPU_OP_MEAN, 2, {70, 9}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
-    {"mean i32 -> f64", TPU_OP_MEAN, 3, {3, 4, 5}, F64, {I32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 5, 0, 1e-12},
-    {"mean empty dim", TPU_OP_MEAN, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
+    {"sum f32 last", T_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 4, 0, 1e-6},
+    {"sum f32 last two", T_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_NEG, L_CONTIG, 0, 0, 0, 6, 0, 1e-6},
+    {"sum f32 first", T_SUM, 3, {30, 4, 7}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
+    {"sum f32 first two", T_SUM, 3, {30, 4, 7}, F64, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 1e-12},
+    {"sum f32 middle", T_SUM, 3, {3, 40, 7}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
+    {"sum f32 all", T_SUM, 2, {70, 1000}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 1e-6},
+    {"sum f32 misaligned", T_SUM, 2, {30, 9}, F32, {F32}, 1, L_ODD, L_ODD, 0, 0, 0, 2, 0, 1e-6},
+    {"sum f32 transposed", T_SUM, 3, {3, 4, 37}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 5, 0, 1e-6},
+    {"sum f16 -> f32", T_SUM, 2, {9, 33}, F32, {F16}, 1, L_CONTIG, L_PAD, 0, 0, 0, 2, 0, 1e-6},
+    {"sum bf16 -> bf16", T_SUM, 2, {9, 33}, BF16, {BF16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
+    {"sum i32 -> i64", T_SUM, 2, {9, 33}, I64, {I32}, 1, L_CONTIG, L_NEG, 0, 0, 0, 2, 0, 0},
+    {"sum i64 wraps", T_SUM, 2, {9, 33}, I64, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 0},
+    {"sum bool -> i64", T_SUM, 2, {9, 33}, I64, {BOOL}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 3, 0, 0},
+    {"sum f32 -> i32", T_SUM, 2, {9, 33}, I32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 0},
+    {"sum f64 -> i32 specials", T_SUM, 2, {9, 33}, I32, {F64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, S_SPECIALS, 0},
+    {"sum none", T_SUM, 2, {9, 33}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, 0, 1e-6},
+    {"sum empty dim", T_SUM, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
+    {"sum 0-d", T_SUM, 0, {0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 1e-6},
+    {"mean f32 last", T_MEAN, 2, {9, 70}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
+    {"sum f32 first wide", T_SUM, 2, {13, 1100}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
+    {"mean f32 first three", T_MEAN, 2, {3, 21}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
+    {"mean f32 first", T_MEAN, 2, {70, 9}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 1, 0, 1e-6},
+    {"mean i32 -> f64", T_MEAN, 3, {3, 4, 5}, F64, {I32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 5, 0, 1e-12},
+    {"mean empty dim", T_MEAN, 2, {4, 0}, F32, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 2, 0, 1e-6},
     /* matrix products: sizes {M, K, N}, param = precision */
-    {"mm f32", TPU_OP_MM, 2, {37, 29, 41}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm f32 trans", TPU_OP_MM, 2, {37, 29, 41}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm f32 neg", TPU_OP_MM, 2, {13, 300, 9}, F32, {F32, F32}, 2, L_NEG, L_NEG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
-    {"mm f32 blocks", TPU_OP_MM, 2, {150, 270, 40}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
-    {"mm f32 wide", TPU_OP_MM, 2, {7, 20, 2100}, F32, {F32, F32}, 2, L_TRANS, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm f32 misaligned", TPU_OP_MM, 2, {9, 17, 20}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm f32 high", TPU_OP_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGH, 0, 2e-4},
-    {"mm f32 medium", TPU_OP_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 2e-2},
-    {"mm f16", TPU_OP_MM, 2, {20, 50, 30}, F16, {F16, F16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 1e-5},
-    {"mm bf16", TPU_OP_MM, 2, {20, 50, 30}, BF16, {BF16, BF16}, 2, L_PAD, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm bf16 contig", TPU_OP_MM, 2, {37, 29, 41}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm bf16 blocks", TPU_OP_MM, 2, {150, 270, 40}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
-    {"mm f16 contig pad", TPU_OP_MM, 2, {19, 33, 21}, F16, {F16, F16}, 2, L_PAD, L_PAD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm bf16 misaligned", TPU_OP_MM, 2, {9, 17, 20}, BF16, {BF16, BF16}, 2, L_ODD, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"mm f64", TPU_OP_MM, 2, {20, 50, 30}, F64, {F64, F64}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-14},
-    {"mm k=0", TPU_OP_MM, 2, {5, 0, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
-    {"mm m=0", TPU_OP_MM, 2, {0, 4, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
-    {"addmm f32", TPU_OP_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"addmm f32 bcast bias", TPU_OP_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"addmm beta 0 nan bias", TPU_OP_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 1.5, 0, TPU_PRECISION_HIGH, S_NAN_BIAS, 2e-4},
-    {"addmm bf16", TPU_OP_ADDMM, 2, {23, 31, 19}, BF16, {BF16, BF16, BF16}, 3, L_TRANS, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
-    {"addmm f64 k=0", TPU_OP_ADDMM, 2, {4, 0, 3}, F64, {F64, F64, F64}, 3, L_CONTIG, L_CONTIG, 0, 1, 3, TPU_PRECISION_HIGHEST, 0, 1e-14},
+    {"mm f32", T_MM, 2, {37, 29, 41}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm f32 trans", T_MM, 2, {37, 29, 41}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm f32 neg", T_MM, 2, {13, 300, 9}, F32, {F32, F32}, 2, L_NEG, L_NEG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
+    {"mm f32 blocks", T_MM, 2, {150, 270, 40}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
+    {"mm f32 wide", T_MM, 2, {7, 20, 2100}, F32, {F32, F32}, 2, L_TRANS, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm f32 misaligned", T_MM, 2, {9, 17, 20}, F32, {F32, F32}, 2, L_ODD, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm f32 high", T_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGH, 0, 2e-4},
+    {"mm f32 medium", T_MM, 2, {20, 100, 30}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 2e-2},
+    {"mm f16", T_MM, 2, {20, 50, 30}, F16, {F16, F16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_MEDIUM, 0, 1e-5},
+    {"mm bf16", T_MM, 2, {20, 50, 30}, BF16, {BF16, BF16}, 2, L_PAD, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm bf16 contig", T_MM, 2, {37, 29, 41}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm bf16 blocks", T_MM, 2, {150, 270, 40}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
+    {"mm f16 contig pad", T_MM, 2, {19, 33, 21}, F16, {F16, F16}, 2, L_PAD, L_PAD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm bf16 misaligned", T_MM, 2, {9, 17, 20}, BF16, {BF16, BF16}, 2, L_ODD, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"mm f64", T_MM, 2, {20, 50, 30}, F64, {F64, F64}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-14},
+    {"mm k=0", T_MM, 2, {5, 0, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
+    {"mm m=0", T_MM, 2, {0, 4, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
+    {"addmm f32", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm f32 bcast bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm beta 0 nan bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 1.5, 0, TPU_PRECISION_HIGH, S_NAN_BIAS, 2e-4},
+    {"addmm bf16", T_ADDMM, 2, {23, 31, 19}, BF16, {BF16, BF16, BF16}, 3, L_TRANS, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm f64 k=0", T_ADDMM, 2, {4, 0, 3}, F64, {F64, F64, F64}, 3, L_CONTIG, L_CONTIG, 0, 1, 3, TPU_PRECISION_HIGHEST, 0, 1e-14},
 };
 
 /* ------------------------------------------------- expected results */
@@ -319,23 +319,25 @@ static void expect_binary(const krow *r, const tpu_op *op, int64_t e, expect *x)
     const unsigned char *pa = t_at(&op->in[0], e);
     const unsigned char *pb = r->n_in == 2 ? t_at(&op->in[1], e) : NULL;
     tpu_dtype da = op->in[0].dtype, db = r->n_in == 2 ? op->in[1].dtype : F64;
-    tpu_op_code c = r->op;
+    t_kind c = r->op;
     if (r->out == F64) {
         double a = t_read_f(pa, da), b = pb ? t_read_f(pb, db) : r->p1, al = r->p0, v;
-        if (c == TPU_OP_ADD || c == TPU_OP_SUB)
-            v = al == 1 ? (c == TPU_OP_ADD ? a + b : a - b) : fma(c == TPU_OP_ADD ? al : -al, b, a);
-        else if (c == TPU_OP_MUL)
+        if (c == T_ADD || c == T_SUB)
+            v = al == 1 ? (c == T_ADD ? a + b : a - b) : fma(c == T_ADD ? al : -al, b, a);
+        else if (c == T_MUL)
             v = a * b;
         else
             v = r->param == TPU_ROUND_NONE ? a / b : r->param == TPU_ROUND_TRUNC ? trunc(a / b)
                                                                                 : t_floor_div_f64(a, b);
         x->f = v;
     } else if (t_is_float(r->out)) {
-        float a = t_read_f32(pa, da), b = pb ? t_read_f32(pb, db) : (float)r->p1, v;
+        /* Inputs through the common dtype (out's, here), then f32. */
+        float a = (float)t_quant(t_read_f32(pa, da), r->out);
+        float b = (float)t_quant(pb ? t_read_f32(pb, db) : (float)r->p1, r->out), v;
         float al = (float)r->p0;
-        if (c == TPU_OP_ADD || c == TPU_OP_SUB)
-            v = al == 1 ? (c == TPU_OP_ADD ? a + b : a - b) : fmaf(c == TPU_OP_ADD ? al : -al, b, a);
-        else if (c == TPU_OP_MUL)
+        if (c == T_ADD || c == T_SUB)
+            v = al == 1 ? (c == T_ADD ? a + b : a - b) : fmaf(c == T_ADD ? al : -al, b, a);
+        else if (c == T_MUL)
             v = a * b;
         else
             v = r->param == TPU_ROUND_NONE ? a / b : r->param == TPU_ROUND_TRUNC ? truncf(a / b)
@@ -343,16 +345,16 @@ static void expect_binary(const krow *r, const tpu_op *op, int64_t e, expect *x)
         x->f = t_quant(v, r->out);
     } else if (r->out == BOOL) {
         bool a = t_read_f(pa, da) != 0, b = pb ? t_read_f(pb, db) != 0 : r->p1 != 0;
-        x->i = c == TPU_OP_ADD ? (a || b) : (a && b);
+        x->i = c == T_ADD ? (a || b) : (a && b);
     } else {
         int64_t a = t_read_i_as(pa, da, r->out);
         int64_t b = pb ? t_read_i_as(pb, db, r->out) : (int64_t)r->p1;
         uint64_t al = (uint64_t)(int64_t)r->p0, v;
-        if (c == TPU_OP_ADD)
+        if (c == T_ADD)
             v = (uint64_t)a + al * (uint64_t)b;
-        else if (c == TPU_OP_SUB)
+        else if (c == T_SUB)
             v = (uint64_t)a - al * (uint64_t)b;
-        else if (c == TPU_OP_MUL)
+        else if (c == T_MUL)
             v = (uint64_t)a * (uint64_t)b;
         else if (b == -1)
             v = 0 - (uint64_t)a;
@@ -417,7 +419,7 @@ static void expect_reduce(const krow *r, const tpu_op *op, int64_t e, expect *x)
         }
     }
     if (t_is_float(r->out)) {
-        if (r->op == TPU_OP_MEAN) {
+        if (r->op == T_MEAN) {
             s = cnt ? s / (double)cnt : NAN;
             mag = cnt ? mag / (double)cnt : 0;
         }
@@ -437,7 +439,7 @@ static void expect_mm(const krow *r, const tpu_op *op, int64_t e, expect *x) {
         s += p;
         mag += fabs(p);
     }
-    if (r->op == TPU_OP_ADDMM) {
+    if (r->op == T_ADDMM) {
         double bias = r->p1 != 0 ? r->p1 * t_read_f(t_at2(&op->in[2], i, j), r->out) : 0;
         s = r->p0 * s + bias;
         mag = fabs(r->p0) * mag + fabs(bias);
@@ -467,8 +469,8 @@ static bool values_match(const krow *r, const expect *x, const unsigned char *p)
  * that bytes outside out's view are untouched. */
 static void run_row(const krow *r) {
     tbuf out, in[3];
-    int n_bufs = r->op == TPU_OP_FILL ? 0 : r->n_in;
-    bool mm = r->op == TPU_OP_MM || r->op == TPU_OP_ADDMM;
+    int n_bufs = r->op == T_FILL ? 0 : r->n_in;
+    bool mm = r->op == T_MM || r->op == T_ADDMM;
     int64_t M = r->sizes[0], K = r->sizes[1], N = r->sizes[2];
     for (int i = 0; i < n_bufs; i++) {
         int layout = r->in_layout;
@@ -483,7 +485,7 @@ static void run_row(const krow *r) {
             shape[0] = i == 1 ? K : M;
             shape[1] = i == 0 ? K : N;
         }
-        if (r->op == TPU_OP_SUM || r->op == TPU_OP_MEAN || r->op == TPU_OP_COPY)
+        if (r->op == T_SUM || r->op == T_MEAN || r->op == T_COPY)
             layout = r->in_layout;
         tb_make(&in[i], r->in[i], ndim, shape, layout,
                 i == 2 && r->special == S_NAN_BIAS ? S_NONE : r->special);
@@ -494,7 +496,7 @@ static void run_row(const krow *r) {
         }
     }
     /* Integer divisors: no zeros; edge rows: hand-picked pairs. */
-    if (r->op == TPU_OP_DIV && !t_is_float(r->out) && r->n_in == 2) {
+    if (r->op == T_DIV && !t_is_float(r->out) && r->n_in == 2) {
         int64_t n = t_numel(&in[1].t);
         for (int64_t e = 0; e < n; e++)
             if (t_read_i(t_at(&in[1].t, e), in[1].t.dtype) == 0)
@@ -517,7 +519,7 @@ static void run_row(const krow *r) {
         osz[0] = M;
         osz[1] = N;
     }
-    if (r->op == TPU_OP_SUM || r->op == TPU_OP_MEAN)
+    if (r->op == T_SUM || r->op == T_MEAN)
         for (int d = 0; d < r->ndim; d++)
             if ((r->param >> d) & 1)
                 osz[d] = 1;
@@ -528,25 +530,26 @@ static void run_row(const krow *r) {
 
     tpu_op op;
     memset(&op, 0, sizeof op);
-    op.code = r->op;
+    t_set_kind(&op, r->op);
     op.n_in = r->n_in;
     op.out = out.t;
     for (int i = 0; i < n_bufs; i++)
         op.in[i] = in[i].t;
     switch (r->op) {
-    case TPU_OP_FILL: op.p.fill.value = (tpu_scalar){r->p0, (int64_t)r->p0}; break;
-    case TPU_OP_SUM:
-    case TPU_OP_MEAN: op.p.reduce.mask = (uint32_t)r->param; break;
-    case TPU_OP_MM:
-    case TPU_OP_ADDMM:
+    case T_FILL: op.p.fill.value = (tpu_scalar){r->p0, (int64_t)r->p0}; break;
+    case T_SUM:
+    case T_MEAN: op.p.reduce.mask = (uint32_t)r->param; break;
+    case T_MM:
+    case T_ADDMM:
         op.p.mm.alpha = r->p0;
         op.p.mm.beta = r->p1;
         op.p.mm.precision = (tpu_precision)r->param;
         break;
     default:
-        op.p.arith.alpha = (tpu_scalar){r->p0, (int64_t)r->p0};
-        op.p.arith.other = (tpu_scalar){r->p1, (int64_t)r->p1};
-        op.p.arith.rounding = (tpu_rounding)r->param;
+        op.p.ew.alpha = (tpu_scalar){r->p0, (int64_t)r->p0};
+        op.p.ew.other = (tpu_scalar){r->p1, (int64_t)r->p1};
+        op.p.ew.rounding = (tpu_rounding)r->param;
+        op.p.ew.common = r->out; /* the rows compute in their out dtype */
         break;
     }
     tpu_status st = tpu_op_check(&op);
@@ -560,14 +563,14 @@ static void run_row(const krow *r) {
     expect *want = calloc((size_t)(n ? n : 1), sizeof *want);
     for (int64_t e = 0; e < n; e++) {
         switch (r->op) {
-        case TPU_OP_COPY:
-        case TPU_OP_COPY_H2D:
-        case TPU_OP_COPY_D2H: expect_copy(r, &op, e, &want[e]); break;
-        case TPU_OP_FILL: expect_fill(r, &want[e]); break;
-        case TPU_OP_SUM:
-        case TPU_OP_MEAN: expect_reduce(r, &op, e, &want[e]); break;
-        case TPU_OP_MM:
-        case TPU_OP_ADDMM: expect_mm(r, &op, e, &want[e]); break;
+        case T_COPY:
+        case T_COPY_H2D:
+        case T_COPY_D2H: expect_copy(r, &op, e, &want[e]); break;
+        case T_FILL: expect_fill(r, &want[e]); break;
+        case T_SUM:
+        case T_MEAN: expect_reduce(r, &op, e, &want[e]); break;
+        case T_MM:
+        case T_ADDMM: expect_mm(r, &op, e, &want[e]); break;
         default: expect_binary(r, &op, e, &want[e]); break;
         }
     }
@@ -622,7 +625,7 @@ static void run_row(const krow *r) {
     CHECK(memcmp(runs[0], runs[1], nbytes) == 0);
     CHECK(memcmp(runs[2], runs[3], nbytes) == 0);
     CHECK(memcmp(runs[3], runs[4], nbytes) == 0);
-    if (r->op != TPU_OP_SUM && r->op != TPU_OP_MEAN) {
+    if (r->op != T_SUM && r->op != T_MEAN) {
         bool same = true;
         for (int64_t e = 0; e < n; e++) {
             double a = t_read_f(runs[0] + e * (int64_t)es, r->out);

@@ -61,25 +61,154 @@ typedef struct {
     int64_t i;
 } tpu_scalar;
 
-/* The one op enum. Every table indexed by it (names, kernels, checks,
- * costs) carries a static_assert on TPU_OP_COUNT. */
+/* The one op enum: op families. A family is one record layout, one check
+ * and one kernel; what it computes is its function code (tpu_op.fn):
+ * BINARY with fn TPU_BINARY_ADD is an add. A new element-wise function is
+ * a row in its family's table and a scalar body, not a new opcode. Every
+ * table indexed by it (names, kernels, checks, costs) carries a
+ * static_assert on TPU_OP_COUNT. */
 typedef enum {
     TPU_OP_COPY = 0, /* out = (out.dtype) in[0]; same sizes; any dtype pair */
     TPU_OP_COPY_H2D, /* COPY whose in[0] is host memory: a transfer to the chip */
     TPU_OP_COPY_D2H, /* COPY whose out is host memory: a transfer from the chip */
     TPU_OP_FILL,     /* out = p.fill.value */
-    TPU_OP_ADD,      /* out = in[0] + alpha * b */
-    TPU_OP_SUB,      /* out = in[0] - alpha * b */
-    TPU_OP_MUL,      /* out = in[0] * b */
-    TPU_OP_DIV,      /* out = in[0] / b, rounded per p.arith.rounding */
-    TPU_OP_SUM,      /* out = sum of in[0] over the dims in p.reduce.mask */
-    TPU_OP_MEAN,     /* out = mean of in[0] over the dims in p.reduce.mask */
-    TPU_OP_MM,       /* out[M,N] = in[0][M,K] @ in[1][K,N] */
-    TPU_OP_ADDMM,    /* out[M,N] = beta * in[2] + alpha * (in[0] @ in[1]) */
-    TPU_OP_UNIFORM,  /* out ~ U[p.rand.a, p.rand.b) */
-    TPU_OP_NORMAL,   /* out ~ N(mean p.rand.a, std p.rand.b) */
+    TPU_OP_UNARY,    /* out = fn(in[0]), element-wise; tpu_unary_fn, p.ew */
+    TPU_OP_BINARY,   /* out = fn(in[0], b), element-wise; tpu_binary_fn, p.ew */
+    TPU_OP_REDUCE,   /* out = fn of in[0] over the dims in p.reduce.mask; tpu_reduce_fn */
+    TPU_OP_MATMUL,   /* matrix products; tpu_matmul_fn, p.mm */
+    TPU_OP_RANDOM,   /* out drawn from a distribution; tpu_random_fn, p.rand */
     TPU_OP_COUNT
 } tpu_op_code;
+
+/* UNARY functions. x is in[0] converted to p.ew.common; a0..a2 are
+ * p.ew.args[0..2] (floats read .f, integer compute reads .i). Float-only
+ * functions need a float common dtype; "any" ones also take integers
+ * (and bool where the note says). Functions marked -> bool give a bool
+ * result whatever the common dtype. */
+typedef enum {
+    TPU_UNARY_NEG = 0,     /* -x; integers wrap; not bool */
+    TPU_UNARY_ABS,         /* |x|; integers wrap (abs(INT_MIN) == INT_MIN); bool: x */
+    TPU_UNARY_SIGN,        /* (0 < x) - (x < 0): -1, 0 or 1 (NaN and -0 give 0); bool: x */
+    TPU_UNARY_RECIPROCAL,  /* 1 / x, float */
+    TPU_UNARY_SQRT,        /* float */
+    TPU_UNARY_RSQRT,       /* 1 / sqrt(x), float */
+    TPU_UNARY_EXP,         /* float, and so on down to ERFINV */
+    TPU_UNARY_EXP2,
+    TPU_UNARY_EXPM1,
+    TPU_UNARY_LOG,
+    TPU_UNARY_LOG2,
+    TPU_UNARY_LOG10,
+    TPU_UNARY_LOG1P,
+    TPU_UNARY_SIN,
+    TPU_UNARY_COS,
+    TPU_UNARY_TAN,
+    TPU_UNARY_ASIN,
+    TPU_UNARY_ACOS,
+    TPU_UNARY_ATAN,
+    TPU_UNARY_SINH,
+    TPU_UNARY_COSH,
+    TPU_UNARY_TANH,
+    TPU_UNARY_ASINH,
+    TPU_UNARY_ACOSH,
+    TPU_UNARY_ATANH,
+    TPU_UNARY_ERF,
+    TPU_UNARY_ERFC,
+    TPU_UNARY_ERFINV,
+    TPU_UNARY_FLOOR,       /* floats rounded to integers; integers unchanged */
+    TPU_UNARY_CEIL,
+    TPU_UNARY_ROUND,       /* half to even */
+    TPU_UNARY_TRUNC,
+    TPU_UNARY_FRAC,        /* x - trunc(x), float */
+    TPU_UNARY_SIGMOID,     /* 1 / (1 + exp(-x)), float */
+    TPU_UNARY_RELU,        /* max(x, 0) (NaN stays NaN); any but bool */
+    TPU_UNARY_GELU,        /* x * Phi(x), erf form, float */
+    TPU_UNARY_GELU_TANH,   /* gelu's tanh approximation, float */
+    TPU_UNARY_SILU,        /* x * sigmoid(x), float */
+    TPU_UNARY_MISH,        /* x * tanh(softplus(x)), float */
+    TPU_UNARY_SOFTPLUS,    /* a0 = beta, a1 = threshold: x if x * beta > threshold else log1p(exp(beta x)) / beta */
+    TPU_UNARY_LEAKY_RELU,  /* x > 0 ? x : a0 * x, float */
+    TPU_UNARY_ELU,         /* a0 = alpha, a1 = scale, a2 = input_scale: x > 0 ? scale x : scale alpha (exp(x input_scale) - 1) */
+    TPU_UNARY_HARDSWISH,   /* x * min(max(x + 3, 0), 6) / 6, float */
+    TPU_UNARY_HARDSIGMOID, /* min(max(x + 3, 0), 6) / 6, float */
+    TPU_UNARY_CLAMP,       /* a2.i bit 0: clamp below at a0, bit 1: above at a1 (NaN x stays NaN, a NaN bound gives NaN); any but bool */
+    TPU_UNARY_NAN_TO_NUM,  /* NaN -> a0, +inf -> a1, -inf -> a2, float */
+    TPU_UNARY_ISNAN,       /* -> bool; any */
+    TPU_UNARY_ISINF,       /* -> bool; any */
+    TPU_UNARY_ISPOSINF,    /* -> bool; any */
+    TPU_UNARY_ISNEGINF,    /* -> bool; any */
+    TPU_UNARY_LOGICAL_NOT, /* -> bool: x == 0; any */
+    TPU_UNARY_BITWISE_NOT, /* ~x on integers, !x on bool */
+    TPU_UNARY_COUNT
+} tpu_unary_fn;
+
+/* BINARY functions of a = in[0] and b (in[1], or p.ew.other when n_in ==
+ * 1), both converted to p.ew.common. Float-only, integer-only (bool too
+ * where noted) and -> bool as for UNARY. */
+typedef enum {
+    TPU_BINARY_ADD = 0,    /* a + alpha * b (float: one rounding, fma when alpha != 1); bool: a || (alpha && b) */
+    TPU_BINARY_SUB,        /* a - alpha * b; not bool */
+    TPU_BINARY_MUL,        /* a * b; bool: a && b */
+    TPU_BINARY_DIV,        /* a / b rounded per p.ew.rounding; true division needs float; integer /0 is TPU_ERR_DIV_BY_ZERO; not bool */
+    TPU_BINARY_MAXIMUM,    /* NaN if either is NaN; any */
+    TPU_BINARY_MINIMUM,
+    TPU_BINARY_FMAX,       /* the non-NaN one if one is NaN; any */
+    TPU_BINARY_FMIN,
+    TPU_BINARY_POW,        /* a ** b; integers by squaring, wrapping, b < 0 gives 0 (1 and -1 as powers); not bool */
+    TPU_BINARY_REMAINDER,  /* Python's %: sign of b; integer %0 is TPU_ERR_DIV_BY_ZERO; not bool */
+    TPU_BINARY_FMOD,       /* C's fmod: sign of a; likewise */
+    TPU_BINARY_ATAN2,      /* float */
+    TPU_BINARY_COPYSIGN,   /* float */
+    TPU_BINARY_XLOGY,      /* a * log(b), 0 where a == 0 (NaN b stays NaN); float */
+    TPU_BINARY_EQ,         /* -> bool; any */
+    TPU_BINARY_NE,
+    TPU_BINARY_LT,
+    TPU_BINARY_LE,
+    TPU_BINARY_GT,
+    TPU_BINARY_GE,
+    TPU_BINARY_LOGICAL_AND, /* -> bool; any */
+    TPU_BINARY_LOGICAL_OR,
+    TPU_BINARY_LOGICAL_XOR,
+    TPU_BINARY_BITWISE_AND, /* integers and bool */
+    TPU_BINARY_BITWISE_OR,
+    TPU_BINARY_BITWISE_XOR,
+    TPU_BINARY_LSHIFT,      /* integers: a << b, 0 when b is negative or >= the bits of common */
+    TPU_BINARY_RSHIFT,      /* integers: a >> b (arithmetic), sign fill when b >= the bits */
+    /* Backward functions: a is the incoming gradient g unless noted. */
+    TPU_BINARY_THRESHOLD,           /* a <= a0 ? a1 : b (threshold and relu's backward); any but bool */
+    TPU_BINARY_SIGMOID_BACKWARD,    /* g * (1 - y) * y, b = y = sigmoid(x); float */
+    TPU_BINARY_TANH_BACKWARD,       /* g * (1 - y * y), b = y = tanh(x); float */
+    TPU_BINARY_GELU_BACKWARD,       /* g * gelu'(b); float */
+    TPU_BINARY_GELU_TANH_BACKWARD,  /* g * (tanh approximation)'(b); float */
+    TPU_BINARY_SILU_BACKWARD,       /* g * silu'(b); float */
+    TPU_BINARY_MISH_BACKWARD,       /* g * mish'(b); float */
+    TPU_BINARY_LEAKY_RELU_BACKWARD, /* b > 0 ? g : g * a0; float */
+    TPU_BINARY_HARDSWISH_BACKWARD,  /* g * hardswish'(b); float */
+    TPU_BINARY_HARDSIGMOID_BACKWARD,/* -3 < b < 3 ? g / 6 : 0; float */
+    TPU_BINARY_SOFTPLUS_BACKWARD,   /* b * beta > threshold ? g : g * z / (z + 1), z = exp(b beta); a0 beta, a1 threshold; float */
+    TPU_BINARY_HARDTANH_BACKWARD,   /* b <= a0 || b >= a1 ? 0 : g; float */
+    TPU_BINARY_COUNT
+} tpu_binary_fn;
+
+/* REDUCE functions. */
+typedef enum {
+    TPU_REDUCE_SUM = 0, /* f64 accumulator for float outs, wrapping i64 for integer and bool */
+    TPU_REDUCE_MEAN,    /* sum / count; float out; NaN over zero elements */
+    TPU_REDUCE_COUNT
+} tpu_reduce_fn;
+
+/* MATMUL functions. */
+typedef enum {
+    TPU_MATMUL_MM = 0, /* out[M,N] = in[0][M,K] @ in[1][K,N] */
+    TPU_MATMUL_ADDMM,  /* out[M,N] = beta * in[2] + alpha * (in[0] @ in[1]) */
+    TPU_MATMUL_COUNT
+} tpu_matmul_fn;
+
+/* RANDOM functions. */
+typedef enum {
+    TPU_RANDOM_UNIFORM = 0, /* out ~ U[p.rand.a, p.rand.b) */
+    TPU_RANDOM_NORMAL,      /* out ~ N(mean p.rand.a, std p.rand.b) */
+    TPU_RANDOM_COUNT
+} tpu_random_fn;
 
 typedef enum {
     TPU_ROUND_NONE = 0, /* true division */
@@ -98,40 +227,48 @@ typedef enum {
 
 typedef struct tpu_op {
     tpu_op_code code;
+    int32_t fn;          /* the family's function code (tpu_unary_fn, ...); 0 for COPY, FILL */
     int32_t n_in;        /* number of tensors used in in[] */
     tpu_tensor out;
     tpu_tensor in[3];
     union {
-        /* ADD, SUB, MUL, DIV. The second operand b is in[1] when n_in == 2,
-         * else the scalar `other`. Compute type: f32 for f32/f16/bf16
-         * outputs, f64 for f64, i64 for integer outputs, bool for bool
-         * (ADD = or, MUL = and). Inputs are converted to the compute type
-         * on load; the result is rounded once to out.dtype on store. */
+        /* UNARY, BINARY. Each input is converted to `common` as a cast
+         * does (the dtype PyTorch computes in: TensorIterator's common
+         * dtype), then to its compute type: f32 for f32/f16/bf16, f64 for
+         * f64, wrapping i64 for integers, bool for bool. The result is
+         * rounded to `common` (or is a bool, for -> bool functions), then
+         * converted to out.dtype. One exception: with `b_opmath`, b is
+         * converted straight to the compute type, unrounded (PyTorch's
+         * CPU kernels read a one-element second operand of mul and div
+         * that way for f16/bf16). */
         struct {
-            tpu_scalar alpha;   /* ADD, SUB only */
-            tpu_scalar other;   /* b when n_in == 1 */
-            tpu_rounding rounding; /* DIV only */
-        } arith;
+            tpu_dtype common;
+            bool b_opmath;
+            tpu_scalar alpha;      /* BINARY ADD, SUB */
+            tpu_scalar other;      /* BINARY: b when n_in == 1 */
+            tpu_rounding rounding; /* BINARY DIV */
+            tpu_scalar args[3];    /* the function's parameters (see its enum) */
+        } ew;
         struct {
             tpu_scalar value;
         } fill;
-        /* SUM, MEAN: out has in[0]'s rank; out.sizes[d] == 1 for every dim d
+        /* REDUCE: out has in[0]'s rank; out.sizes[d] == 1 for every dim d
          * with bit d of mask set, == in[0].sizes[d] otherwise. The
          * accumulator follows out.dtype: f64 for float outs, wrapping i64
          * for integer and bool outs (each element converted to it first).
          * MEAN needs a float out. A reduction over zero elements gives 0
-         * for SUM and NaN for MEAN. */
+         * for SUM and NaN for MEAN (see tpu_reduce_fn). */
         struct {
             uint32_t mask;
         } reduce;
-        /* MM, ADDMM: in[0] is [M,K], in[1] is [K,N], out and in[2] are
+        /* MATMUL: in[0] is [M,K], in[1] is [K,N], out and in[2] are
          * [M,N] (in[2] may have zero strides). All operands share a dtype
          * in {f32, f64, f16, bf16}. */
         struct {
             double alpha, beta;
             tpu_precision precision;
         } mm;
-        /* UNIFORM, NORMAL: counter-based Philox-4x32-10 with key `seed`;
+        /* RANDOM: counter-based Philox-4x32-10 with key `seed`;
          * the op draws from the stream of counters (block, offset), block
          * = 0, 1, ... in out's row-major element order, so the values do
          * not depend on threads or strides. The host gives each op a fresh
@@ -150,12 +287,21 @@ typedef struct tpu_op {
     void *scratch;
     int64_t scratch_nbytes;
     /* Filled by the submitter: a static name for error messages, e.g.
-     * "aten::add.out". NULL means "use the opcode's name". */
+     * "aten::add.out". NULL means "use the function's name". */
     const char *name;
 } tpu_op;
 
-/* Static name of an opcode ("add", ...); "invalid" outside the enum. */
+/* Static name of an op family ("binary", ...); "invalid" outside the enum. */
 TPU_API const char *tpu_op_name(tpu_op_code code);
+
+/* Static name of function fn of family code ("add", "exp", ...); the
+ * family's name for COPY and FILL; "invalid" for a pair outside the
+ * tables. */
+TPU_API const char *tpu_op_fn_name(tpu_op_code code, int32_t fn);
+
+/* Number of function codes of a family (1 for COPY and FILL, whose fn is
+ * 0); 0 outside the enum. */
+TPU_API int32_t tpu_op_fn_count(tpu_op_code code);
 
 /* Checks a record before it is queued: opcode, ranks, sizes, dtypes the
  * kernel supports, data pointers non-null where elements exist, and every

@@ -1,0 +1,600 @@
+/* BINARY: out = fn(a, b) for the functions of tpu_binary_fn.
+ *
+ * Inputs go through the record's common dtype to its compute type and the
+ * result is rounded back to it (ew.h). Float semantics, identical in every
+ * path, follow PyTorch's CPU kernels:
+ *   add  a + alpha*b, one rounding: a + b when alpha == 1, else fma(alpha, b, a)
+ *        (what PyTorch's vectorized CPU kernel computes); sub likewise with -alpha;
+ *   div  a / b; TRUNC: trunc(a / b); FLOOR: PyTorch's div_floor_floating;
+ *   the transcendental ones (pow, atan2) in f64 from the f32 values, then
+ *   rounded once (within an ulp of PyTorch's vectorised f32 forms);
+ *   the activation backwards in the compute type, in PyTorch's order of
+ *   operations.
+ * Integer semantics: wrapping two's complement (done in uint64); TRUNC and
+ * FLOOR division, remainder and fmod with INT64_MIN / -1 == INT64_MIN and
+ * a zero divisor TPU_ERR_DIV_BY_ZERO; shifts as PyTorch's (out-of-range
+ * counts give 0 or the sign fill). Bool: add is a || (alpha && b), mul is
+ * a && b, maximum is ||, minimum is &&.
+ *
+ * Work split: contiguous ranges of out's row-major element index (or of
+ * memory offsets on the flat fast path); every element is independent, so
+ * any split gives the same bytes. */
+#include <math.h>
+
+#include "ew.h"
+#include "kernels_internal.h"
+
+#if TPU_K_X86
+#include <immintrin.h>
+#endif
+
+/* ------------------------------------------------- scalar arithmetic */
+
+/* PyTorch's div_floor_floating, in f32: floor of the exact quotient,
+ * computed from fmod so that it is correct where floor(a / b) is not. */
+static float div_floor_f32(float a, float b) {
+    if (b == 0.0f)
+        return a / b; /* IEEE result: +-inf or NaN */
+    float mod = fmodf(a, b);
+    float div = (a - mod) / b;
+    /* fmod takes a's sign; floor division wants b's. */
+    if (mod != 0.0f && (b < 0.0f) != (mod < 0.0f))
+        div -= 1.0f;
+    float floordiv;
+    if (div != 0.0f) {
+        /* div is already near an integer: snap it to the nearest one. */
+        floordiv = floorf(div);
+        if (div - floordiv > 0.5f)
+            floordiv += 1.0f;
+    } else {
+        floordiv = copysignf(0.0f, a / b);
+    }
+    return floordiv;
+}
+
+static double div_floor_f64(double a, double b) {
+    if (b == 0.0)
+        return a / b;
+    double mod = fmod(a, b);
+    double div = (a - mod) / b;
+    if (mod != 0.0 && (b < 0.0) != (mod < 0.0))
+        div -= 1.0;
+    double floordiv;
+    if (div != 0.0) {
+        floordiv = floor(div);
+        if (div - floordiv > 0.5)
+            floordiv += 1.0;
+    } else {
+        floordiv = copysign(0.0, a / b);
+    }
+    return floordiv;
+}
+
+/* Rounded division of f16/bf16, as PyTorch's vectorised CPU kernels do it:
+ * in the 16-bit type, every step rounded to it (the quotient before trunc;
+ * each step of div_floor_floating for floor). Its scalar kernel, which
+ * only one-element tensors reach, computes in f32 instead; the vectorised
+ * results are the ones users see, so the device gives those. */
+static float div_rounded_16(tpu_rounding rnd, float a, float b, tpu_dtype dt) {
+    if (rnd == TPU_ROUND_TRUNC || b == 0.0f)
+        return rnd == TPU_ROUND_TRUNC ? truncf(tpu_k_round_to(a / b, dt)) : tpu_k_round_to(a / b, dt);
+    float mod = tpu_k_round_to(fmodf(a, b), dt);
+    float div = tpu_k_round_to(tpu_k_round_to(a - mod, dt) / b, dt);
+    if (mod != 0.0f && (b < 0.0f) != (mod < 0.0f))
+        div = tpu_k_round_to(div - 1.0f, dt);
+    if (div == 0.0f)
+        return copysignf(0.0f, tpu_k_round_to(a / b, dt));
+    float floordiv = floorf(div);
+    if (tpu_k_round_to(div - floordiv, dt) > 0.5f)
+        floordiv = tpu_k_round_to(floordiv + 1.0f, dt);
+    return floordiv;
+}
+
+
+/* Everything a scalar body reads from the record, unpacked once. */
+typedef struct {
+    tpu_binary_fn fn;
+    tpu_rounding rnd;
+    tpu_dtype common;
+    tpu_dtype step_dt; /* rounded division of f16/bf16: the dtype of its steps */
+    tpu_scalar alpha, a0, a1;
+} bin_ctx;
+
+/* The dtype whose precision the steps of a rounded division take: the
+ * common one, unless the divisor is one value for the whole op (a scalar
+ * operand, a broadcast one-element tensor, or any op with one output
+ * element), which PyTorch's CPU kernels divide by in f32 (their is_scalar
+ * path). */
+static tpu_dtype div_step_dtype(const tpu_op *op) {
+    bool scalar_b = op->n_in == 1 || tpu_k_is_scalar_broadcast(&op->in[1]);
+    return scalar_b ? TPU_DTYPE_F32 : op->p.ew.common;
+}
+
+static bin_ctx bin_ctx_of(const tpu_op *op) {
+    bin_ctx c = {(tpu_binary_fn)op->fn, op->p.ew.rounding, op->p.ew.common, div_step_dtype(op),
+                 op->p.ew.alpha, op->p.ew.args[0], op->p.ew.args[1]};
+    return c;
+}
+
+/* NaN if either is NaN, else the larger (smaller). */
+#define NAN_MAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
+#define NAN_MIN(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) < (b) ? (a) : (b))
+
+/* Float functions shared by f32 and f64 computes, in double (exact for
+ * f32 inputs; the caller rounds once). */
+static double bin_transcendental(tpu_binary_fn fn, double a, double b) {
+    switch (fn) {
+    case TPU_BINARY_POW: return pow(a, b);
+    case TPU_BINARY_ATAN2: return atan2(a, b);
+    default: return NAN;
+    }
+}
+
+/* The smooth activations' derivatives, g * f'(x), in f64 (exact inputs
+ * for f32; the caller rounds once); NaN for other functions. */
+static double bin_smooth_backward(tpu_binary_fn fn, double g, double x) {
+    switch (fn) {
+    case TPU_BINARY_GELU_BACKWARD: {
+        double cdf = 0.5 * (1.0 + erf(x * TPU_K_SQRT1_2));
+        double pdf = TPU_K_2_SQRTPI * TPU_K_SQRT1_2 * 0.5 * exp(-0.5 * x * x);
+        return g * (cdf + x * pdf);
+    }
+    case TPU_BINARY_GELU_TANH_BACKWARD: {
+        const double beta = TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5, kappa = 0.044715;
+        double t = tanh(beta * (x + kappa * x * x * x));
+        double dright = 0.5 * x * (1.0 - t * t) * beta * (1.0 + 3.0 * kappa * x * x);
+        return g * (0.5 * (1.0 + t) + dright);
+    }
+    case TPU_BINARY_SILU_BACKWARD: {
+        double s = 1.0 / (1.0 + exp(-x));
+        return g * s * (1.0 + x * (1.0 - s));
+    }
+    case TPU_BINARY_MISH_BACKWARD: {
+        double s = 1.0 / (1.0 + exp(-x)), t = tanh(log1p(exp(x)));
+        return g * (t + x * s * (1.0 - t * t));
+    }
+    default: return NAN; /* not a float-result function (tpu_op_check) */
+    }
+}
+
+/* The f32 compute of f32/f16/bf16 commons, for functions with a float
+ * result. */
+static inline float bin_f32(const bin_ctx *c, float a, float b) {
+    const float alpha = (float)c->alpha.f;
+    switch (c->fn) {
+    case TPU_BINARY_ADD: return alpha == 1.0f ? a + b : fmaf(alpha, b, a);
+    case TPU_BINARY_SUB: return alpha == 1.0f ? a - b : fmaf(-alpha, b, a);
+    case TPU_BINARY_MUL: return a * b;
+    case TPU_BINARY_DIV:
+        if (c->rnd != TPU_ROUND_NONE && c->step_dt != TPU_DTYPE_F32)
+            return div_rounded_16(c->rnd, a, b, c->step_dt);
+        return c->rnd == TPU_ROUND_NONE ? a / b : c->rnd == TPU_ROUND_TRUNC ? truncf(a / b)
+                                                                           : div_floor_f32(a, b);
+    case TPU_BINARY_MAXIMUM: return NAN_MAX(a, b);
+    case TPU_BINARY_MINIMUM: return NAN_MIN(a, b);
+    case TPU_BINARY_FMAX: return fmaxf(a, b);
+    case TPU_BINARY_FMIN: return fminf(a, b);
+    case TPU_BINARY_POW:
+    case TPU_BINARY_ATAN2: return (float)bin_transcendental(c->fn, a, b);
+    case TPU_BINARY_REMAINDER: {
+        float m = fmodf(a, b);
+        return m != 0.0f && ((b < 0.0f) != (m < 0.0f)) ? m + b : m;
+    }
+    case TPU_BINARY_FMOD: return fmodf(a, b);
+    case TPU_BINARY_COPYSIGN: return copysignf(a, b);
+    case TPU_BINARY_XLOGY: return b != b ? b : a == 0.0f ? 0.0f : a * (float)log(b);
+    case TPU_BINARY_THRESHOLD: return a <= (float)c->a0.f ? (float)c->a1.f : b;
+    case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0f - b) * b;
+    case TPU_BINARY_TANH_BACKWARD: return a * (1.0f - b * b);
+    case TPU_BINARY_LEAKY_RELU_BACKWARD: return b > 0.0f ? a : a * (float)c->a0.f;
+    case TPU_BINARY_HARDSWISH_BACKWARD:
+        return b < -3.0f ? 0.0f : b <= 3.0f ? a * (b / 3.0f + 0.5f) : a;
+    case TPU_BINARY_HARDSIGMOID_BACKWARD:
+        return b > -3.0f && b < 3.0f ? a * (1.0f / 6.0f) : 0.0f;
+    case TPU_BINARY_HARDTANH_BACKWARD:
+        return b <= (float)c->a0.f || b >= (float)c->a1.f ? 0.0f : a;
+    case TPU_BINARY_SOFTPLUS_BACKWARD: {
+        float beta = (float)c->a0.f, z = (float)exp((double)(b * beta));
+        return b * beta > (float)c->a1.f ? a : a * z / (z + 1.0f);
+    }
+    default: return (float)bin_smooth_backward(c->fn, a, b); /* rounded once */
+    }
+}
+
+static inline double bin_f64(const bin_ctx *c, double a, double b) {
+    const double alpha = c->alpha.f;
+    switch (c->fn) {
+    case TPU_BINARY_ADD: return alpha == 1.0 ? a + b : fma(alpha, b, a);
+    case TPU_BINARY_SUB: return alpha == 1.0 ? a - b : fma(-alpha, b, a);
+    case TPU_BINARY_MUL: return a * b;
+    case TPU_BINARY_DIV:
+        return c->rnd == TPU_ROUND_NONE ? a / b : c->rnd == TPU_ROUND_TRUNC ? trunc(a / b)
+                                                                           : div_floor_f64(a, b);
+    case TPU_BINARY_MAXIMUM: return NAN_MAX(a, b);
+    case TPU_BINARY_MINIMUM: return NAN_MIN(a, b);
+    case TPU_BINARY_FMAX: return fmax(a, b);
+    case TPU_BINARY_FMIN: return fmin(a, b);
+    case TPU_BINARY_POW:
+    case TPU_BINARY_ATAN2: return bin_transcendental(c->fn, a, b);
+    case TPU_BINARY_REMAINDER: {
+        double m = fmod(a, b);
+        return m != 0.0 && ((b < 0.0) != (m < 0.0)) ? m + b : m;
+    }
+    case TPU_BINARY_FMOD: return fmod(a, b);
+    case TPU_BINARY_COPYSIGN: return copysign(a, b);
+    case TPU_BINARY_XLOGY: return b != b ? b : a == 0.0 ? 0.0 : a * log(b);
+    case TPU_BINARY_THRESHOLD: return a <= c->a0.f ? c->a1.f : b;
+    case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0 - b) * b;
+    case TPU_BINARY_TANH_BACKWARD: return a * (1.0 - b * b);
+    case TPU_BINARY_LEAKY_RELU_BACKWARD: return b > 0.0 ? a : a * c->a0.f;
+    case TPU_BINARY_HARDSWISH_BACKWARD: return b < -3.0 ? 0.0 : b <= 3.0 ? a * (b / 3.0 + 0.5) : a;
+    case TPU_BINARY_HARDSIGMOID_BACKWARD: return b > -3.0 && b < 3.0 ? a * (1.0 / 6.0) : 0.0;
+    case TPU_BINARY_HARDTANH_BACKWARD: return b <= c->a0.f || b >= c->a1.f ? 0.0 : a;
+    case TPU_BINARY_SOFTPLUS_BACKWARD: {
+        double z = exp(b * c->a0.f);
+        return b * c->a0.f > c->a1.f ? a : a * z / (z + 1.0);
+    }
+    default: return bin_smooth_backward(c->fn, a, b);
+    }
+}
+
+
+/* Bits of an integer common dtype, for the shifts. */
+static int int_bits(tpu_dtype dt) {
+    return (int)tpu_dtype_size(dt) * 8;
+}
+
+/* Integer power by squaring, wrapping; negative exponents as PyTorch's
+ * powi: 1 for a base of 1, +-1 for -1, else 0. */
+static int64_t pow_i64(int64_t a, int64_t b) {
+    if (b < 0)
+        return a == 1 ? 1 : a == -1 ? ((b & 1) ? -1 : 1) : 0;
+    uint64_t base = (uint64_t)a, r = 1;
+    for (uint64_t e = (uint64_t)b; e; e >>= 1) {
+        if (e & 1u)
+            r *= base;
+        base *= base;
+    }
+    return tpu_k_u64_to_i64(r);
+}
+
+/* Integer compute (in uint64 so that overflow wraps). Returns false for
+ * a zero divisor. */
+static inline bool bin_i64(const bin_ctx *c, int64_t a, int64_t b, int64_t *out) {
+    uint64_t ua = (uint64_t)a, ub = (uint64_t)b, ual = (uint64_t)c->alpha.i;
+    switch (c->fn) {
+    case TPU_BINARY_ADD: *out = tpu_k_u64_to_i64(ua + ual * ub); return true;
+    case TPU_BINARY_SUB: *out = tpu_k_u64_to_i64(ua - ual * ub); return true;
+    case TPU_BINARY_MUL: *out = tpu_k_u64_to_i64(ua * ub); return true;
+    case TPU_BINARY_MAXIMUM:
+    case TPU_BINARY_FMAX: *out = a > b ? a : b; return true;
+    case TPU_BINARY_MINIMUM:
+    case TPU_BINARY_FMIN: *out = a < b ? a : b; return true;
+    case TPU_BINARY_POW: *out = pow_i64(a, b); return true;
+    case TPU_BINARY_BITWISE_AND: *out = a & b; return true;
+    case TPU_BINARY_BITWISE_OR: *out = a | b; return true;
+    case TPU_BINARY_BITWISE_XOR: *out = a ^ b; return true;
+    case TPU_BINARY_LSHIFT: {
+        int bits = int_bits(c->common);
+        *out = b < 0 || b >= bits ? 0 : tpu_k_u64_to_i64(ua << b);
+        return true;
+    }
+    case TPU_BINARY_RSHIFT: {
+        int bits = int_bits(c->common);
+        int64_t n = b < 0 || b >= bits ? bits - 1 : b;
+        /* Arithmetic shift written out (>> of a negative value is
+         * implementation-defined); u8 values are non-negative. */
+        *out = a < 0 ? -1 - (int64_t)((~ua) >> n) : (int64_t)(ua >> n);
+        return true;
+    }
+    case TPU_BINARY_THRESHOLD: *out = a <= c->a0.i ? c->a1.i : b; return true;
+    default: break;
+    }
+    /* DIV, REMAINDER, FMOD. */
+    if (b == 0)
+        return false;
+    if (b == -1) { /* -a (wraps for INT64_MIN, where C's / and % would trap); remainder 0 */
+        *out = c->fn == TPU_BINARY_DIV ? tpu_k_u64_to_i64(0u - ua) : 0;
+        return true;
+    }
+    int64_t q = a / b, r = a % b;
+    bool signs_differ = r != 0 && ((r < 0) != (b < 0));
+    switch (c->fn) {
+    case TPU_BINARY_REMAINDER: *out = signs_differ ? r + b : r; return true;
+    case TPU_BINARY_FMOD: *out = r; return true;
+    default:
+        /* C truncates; floor steps down when the remainder's sign differs
+         * from the divisor's. */
+        *out = c->rnd == TPU_ROUND_FLOOR && signs_differ ? q - 1 : q;
+        return true;
+    }
+}
+
+static inline bool bin_bool(const bin_ctx *c, bool a, bool b) {
+    switch (c->fn) {
+    case TPU_BINARY_ADD: return a || (c->alpha.i != 0 && b);
+    case TPU_BINARY_MAXIMUM:
+    case TPU_BINARY_FMAX:
+    case TPU_BINARY_BITWISE_OR: return a || b;
+    case TPU_BINARY_BITWISE_XOR: return a != b;
+    default: return a && b; /* MUL, MINIMUM, FMIN, BITWISE_AND */
+    }
+}
+
+/* The -> bool functions on two values of a common compute type. */
+#define BIN_TO_BOOL(fn, a, b)                                                                      \
+    ((fn) == TPU_BINARY_EQ   ? (a) == (b)                                                          \
+     : (fn) == TPU_BINARY_NE ? (a) != (b)                                                          \
+     : (fn) == TPU_BINARY_LT ? (a) < (b)                                                           \
+     : (fn) == TPU_BINARY_LE ? (a) <= (b)                                                          \
+     : (fn) == TPU_BINARY_GT ? (a) > (b)                                                           \
+     : (fn) == TPU_BINARY_GE ? (a) >= (b)                                                          \
+     : (fn) == TPU_BINARY_LOGICAL_AND ? ((a) != 0) && ((b) != 0)                                   \
+     : (fn) == TPU_BINARY_LOGICAL_OR  ? ((a) != 0) || ((b) != 0)                                   \
+                                      : ((a) != 0) != ((b) != 0))
+
+/* The stream names the op in front of the message. */
+static tpu_status div_by_zero(void) {
+    return tpu_set_error(TPU_ERR_DIV_BY_ZERO, "integer division by zero");
+}
+
+/* ---------------------------------------------------- reference path */
+
+tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *a = &op->in[0];
+    const tpu_tensor *b = op->n_in == 2 ? &op->in[1] : NULL;
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *strides[3] = {o->strides, a->strides, b ? b->strides : o->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 3, strides, start);
+    const bin_ctx c = bin_ctx_of(op);
+    const tpu_dtype cm = c.common, odt = o->dtype;
+    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
+    const tpu_scalar other = op->p.ew.other;
+    /* b as a tensor, or the scalar operand in the compute type (also
+     * rounded through common, unless b_opmath). */
+    const bool b_raw = op->p.ew.b_opmath;
+    /* One loop per compute type: load, compute, store, per element. */
+    switch (tpu_k_ew_compute_of(cm)) {
+    case EW_F32: {
+        const float bs = b_raw ? (float)other.f : tpu_k_round_to((float)other.f, cm);
+        for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+            float x = tpu_k_ew_load_f32(tpu_k_ptr(a, it.off[1]), a->dtype, cm);
+            float y = !b ? bs
+                      : b_raw ? tpu_k_load_f32(tpu_k_ptr(b, it.off[2]), b->dtype)
+                              : tpu_k_ew_load_f32(tpu_k_ptr(b, it.off[2]), b->dtype, cm);
+            char *po = tpu_k_ptr(o, it.off[0]);
+            if (to_bool)
+                tpu_k_store_bool(po, odt, BIN_TO_BOOL(c.fn, x, y));
+            else
+                tpu_k_store_f32(po, odt, tpu_k_round_to(bin_f32(&c, x, y), cm));
+        }
+        return TPU_OK;
+    }
+    case EW_F64:
+        for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+            double x = tpu_k_load_f64(tpu_k_ptr(a, it.off[1]), a->dtype);
+            double y = b ? tpu_k_load_f64(tpu_k_ptr(b, it.off[2]), b->dtype) : other.f;
+            char *po = tpu_k_ptr(o, it.off[0]);
+            if (to_bool)
+                tpu_k_store_bool(po, odt, BIN_TO_BOOL(c.fn, x, y));
+            else
+                tpu_k_store_f64(po, odt, bin_f64(&c, x, y));
+        }
+        return TPU_OK;
+    case EW_BOOL:
+        for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+            bool x = tpu_k_load_bool(tpu_k_ptr(a, it.off[1]), a->dtype);
+            bool y = b ? tpu_k_load_bool(tpu_k_ptr(b, it.off[2]), b->dtype) : other.i != 0;
+            tpu_k_store_bool(tpu_k_ptr(o, it.off[0]), odt,
+                             to_bool ? BIN_TO_BOOL(c.fn, x, y) : bin_bool(&c, x, y));
+        }
+        return TPU_OK;
+    case EW_I64:
+        for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+            int64_t x = tpu_k_ew_load_i64(tpu_k_ptr(a, it.off[1]), a->dtype, cm);
+            int64_t y = b ? tpu_k_ew_load_i64(tpu_k_ptr(b, it.off[2]), b->dtype, cm)
+                          : tpu_k_ew_wrap(other.i, cm);
+            char *po = tpu_k_ptr(o, it.off[0]);
+            if (to_bool) {
+                tpu_k_store_bool(po, odt, BIN_TO_BOOL(c.fn, x, y));
+                continue;
+            }
+            int64_t r;
+            if (!bin_i64(&c, x, y, &r))
+                return div_by_zero();
+            /* Wrapped to common first, then converted to out's dtype. */
+            tpu_k_store_i64(po, odt, tpu_k_ew_wrap(r, cm));
+        }
+        return TPU_OK;
+    }
+    return TPU_OK;
+}
+
+/* --------------------------------------------------------- fast path */
+
+/* An f32 operand of a run: element i is p[i * step] (step 1 for a tensor
+ * laid out like out, 0 for a value broadcast along the run). */
+typedef struct {
+    const float *p;
+    int64_t step;
+} flat_f32;
+
+/* Portable loop: the same scalar arithmetic as the reference. */
+static void f32_flat_plain(const bin_ctx *c, float *o, flat_f32 a, flat_f32 b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        o[i] = bin_f32(c, a.p[i * a.step], b.p[i * b.step]);
+}
+
+#if TPU_K_X86
+/* AVX2 loop for ADD, SUB, MUL, true DIV, MAXIMUM and MINIMUM: 8 lanes of
+ * the same IEEE operations (fmadd is one rounding, like fmaf; the NaN
+ * blend gives the scalar form's a + b), then a scalar tail. */
+__attribute__((target("avx2,fma"))) static void f32_flat_avx2(const bin_ctx *c, float *o,
+                                                              flat_f32 a, flat_f32 b, int64_t n) {
+    const float alpha = (float)c->alpha.f;
+    const __m256 va0 = _mm256_set1_ps(a.p[0]), vb0 = _mm256_set1_ps(b.p[0]);
+    const bool use_fma = alpha != 1.0f;
+    const __m256 valpha = _mm256_set1_ps(c->fn == TPU_BINARY_SUB ? -alpha : alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = a.step ? _mm256_loadu_ps(a.p + i) : va0;
+        __m256 y = b.step ? _mm256_loadu_ps(b.p + i) : vb0;
+        __m256 r;
+        switch (c->fn) {
+        case TPU_BINARY_ADD: r = use_fma ? _mm256_fmadd_ps(valpha, y, x) : _mm256_add_ps(x, y); break;
+        case TPU_BINARY_SUB: r = use_fma ? _mm256_fmadd_ps(valpha, y, x) : _mm256_sub_ps(x, y); break;
+        case TPU_BINARY_MUL: r = _mm256_mul_ps(x, y); break;
+        case TPU_BINARY_MAXIMUM:
+        case TPU_BINARY_MINIMUM: {
+            __m256 m = c->fn == TPU_BINARY_MAXIMUM
+                           ? _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_GT_OQ))
+                           : _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_LT_OQ));
+            __m256 nan = _mm256_cmp_ps(x, y, _CMP_UNORD_Q);
+            r = _mm256_blendv_ps(m, _mm256_add_ps(x, y), nan);
+            break;
+        }
+        default: r = _mm256_div_ps(x, y); break;
+        }
+        _mm256_storeu_ps(o + i, r);
+    }
+    for (; i < n; i++)
+        o[i] = bin_f32(c, a.p[i * a.step], b.p[i * b.step]);
+}
+
+static bool has_avx2_form(const bin_ctx *c) {
+    switch (c->fn) {
+    case TPU_BINARY_ADD:
+    case TPU_BINARY_SUB:
+    case TPU_BINARY_MUL:
+    case TPU_BINARY_MAXIMUM:
+    case TPU_BINARY_MINIMUM: return true;
+    case TPU_BINARY_DIV: return c->rnd == TPU_ROUND_NONE;
+    default: return false;
+    }
+}
+#endif
+
+/* The f32 loop of one run: AVX2 where it has the function, else portable. */
+static void f32_run(const bin_ctx *c, float *o, flat_f32 a, flat_f32 b, int64_t n) {
+#if TPU_K_X86
+    if (has_avx2_form(c) && tpu_k_cpu_has_avx2_fma()) {
+        f32_flat_avx2(c, o, a, b, n);
+        return;
+    }
+#endif
+    f32_flat_plain(c, o, a, b, n);
+}
+
+/* An input of a run: element j is at p + j * step elements of dtype dt
+ * (step 1, or 0 for a value broadcast along the run). */
+typedef struct {
+    const char *p;
+    tpu_dtype dt;
+    int64_t step;
+} run_in;
+
+/* Computes n contiguous elements of out (dtype == common) at po: operands
+ * are staged through f32 chunks of EW_CHUNK (ew.h), so the arithmetic is
+ * the f32 loop's and each result is rounded once on store. */
+static void mixed_run(const bin_ctx *c, char *po, run_in a, run_in b, bool b_raw, int64_t n) {
+    const tpu_dtype cm = c->common;
+    float abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        /* Load (convert) both inputs before the store: out may be in[0]. */
+        flat_f32 fa = {tpu_k_ew_stage_f32(a.p + off * a.step * (int64_t)tpu_dtype_size(a.dt), a.dt,
+                                          a.step, len, cm, abuf),
+                       a.step};
+        flat_f32 fb = {tpu_k_ew_stage_f32(b.p + off * b.step * (int64_t)tpu_dtype_size(b.dt), b.dt,
+                                          b.step, len, b_raw ? b.dt : cm, bbuf),
+                       b.step};
+        float *dst = cm == TPU_DTYPE_F32 ? (float *)po + off : obuf;
+        f32_run(c, dst, fa, fb, len);
+        if (cm != TPU_DTYPE_F32)
+            tpu_k_cvt_from_f32(po + off * 2, cm, obuf, len);
+    }
+}
+
+/* True if t can be read by the run loops: f32/f16/bf16, aligned. */
+static bool run_dtype_ok(const tpu_tensor *t) {
+    return tpu_k_cvt_supported(t->dtype) && tpu_k_is_aligned(t);
+}
+
+/* Flat case: every input laid out like a dense out, or a broadcast
+ * scalar; the op then runs over memory offsets [start, end). */
+static bool flat_ok(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
+    if (tpu_k_same_layout(t, o)) {
+        *step = 1;
+        return true;
+    }
+    if (tpu_k_is_scalar_broadcast(t)) {
+        *step = 0;
+        return true;
+    }
+    return false;
+}
+
+/* Fast path: f32/f16/bf16 operands (aligned), a float-result function
+ * and out in the common dtype. If out is dense and the inputs are laid
+ * out like it or broadcast scalars, the op runs over flat memory; else,
+ * if the coalesced shape has out contiguous in its last dim and each
+ * input contiguous or broadcast there (a row or column broadcast), it
+ * runs row by row. Anything else goes to the reference. */
+tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *ta = &op->in[0];
+    const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
+    const bin_ctx c = bin_ctx_of(op);
+    const bool b_raw = op->p.ew.b_opmath;
+    /* The scalar operand, as the reference reads it. */
+    const float other = b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common);
+    if (o->dtype != c.common || tpu_k_ew_compute_of(c.common) != EW_F32 ||
+        tpu_k_fn_row_of(op)->to_bool || !run_dtype_ok(o) || !run_dtype_ok(ta) ||
+        (tb && !run_dtype_ok(tb)))
+        return tpu_k_binary_ref(op, ith, nth);
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    run_in a = {ta->data, ta->dtype, 1};
+    run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
+                  : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
+    const bool b_raw_run = b_raw || !tb; /* the scalar is already rounded */
+    /* Flat: shift every operand to this share's first offset. */
+    if (tpu_k_is_dense(o) && flat_ok(ta, o, &a.step) && (!tb || flat_ok(tb, o, &b.step))) {
+        a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
+        b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
+        mixed_run(&c, tpu_k_ptr(o, start), a, b, b_raw_run, end - start);
+        return TPU_OK;
+    }
+    /* Rows: coalesce, then require unit (or zero) steps along the last dim. */
+    const int64_t *strides[3] = {o->strides, ta->strides, tb ? tb->strides : o->strides};
+    tpu_k_shape sh;
+    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 3, strides);
+    int32_t last = sh.ndim - 1;
+    if (last < 0 || sh.strides[0][last] != 1 || (uint64_t)sh.strides[1][last] > 1 ||
+        (tb && (uint64_t)sh.strides[2][last] > 1))
+        return tpu_k_binary_ref(op, ith, nth);
+    a.step = sh.strides[1][last];
+    if (tb)
+        b.step = sh.strides[2][last];
+    const int64_t *cs[3] = {sh.strides[0], sh.strides[1], sh.strides[2]};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, sh.ndim, sh.sizes, 3, cs, start);
+    for (int64_t i = start; i < end;) {
+        int64_t run = tpu_k_iter_row_left(&it);
+        if (run > end - i)
+            run = end - i;
+        run_in ra = a, rb = b;
+        ra.p = tpu_k_ptr(ta, it.off[1]);
+        if (tb)
+            rb.p = tpu_k_ptr(tb, it.off[2]);
+        mixed_run(&c, tpu_k_ptr(o, it.off[0]), ra, rb, b_raw_run, run);
+        tpu_k_iter_advance_in_row(&it, run);
+        i += run;
+    }
+    return TPU_OK;
+}

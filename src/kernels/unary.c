@@ -1,0 +1,303 @@
+/* UNARY: out = fn(x) for the functions of tpu_unary_fn.
+ *
+ * x goes through the record's common dtype to its compute type and the
+ * result is rounded back to it (ew.h). Semantics follow PyTorch's CPU
+ * kernels: the arithmetic functions (neg, abs, relu, hardswish, clamp,
+ * ...) compute in the compute type in PyTorch's order of operations; the
+ * transcendental ones compute in f64 from the f32 value and round once,
+ * so the reference is within half an ulp of the exact result (PyTorch's
+ * own vectorised forms are within about one). erfinv, which C's libm
+ * lacks, is Giles' approximation refined by two Newton steps on erf.
+ *
+ * Work split: contiguous ranges of out's row-major element index; every
+ * element is independent, so any split gives the same bytes. */
+#include <math.h>
+
+#include "ew.h"
+#include "kernels_internal.h"
+
+/* ------------------------------------------------------ scalar bodies */
+
+/* erf^-1(y) in f64: +-inf at +-1, NaN outside [-1, 1]. */
+static double erfinv_f64(double y) {
+    if (!(y >= -1.0 && y <= 1.0))
+        return NAN;
+    if (y == 1.0 || y == -1.0)
+        return copysign(INFINITY, y);
+    if (y == 0.0)
+        return y; /* keeps the sign of zero */
+    /* Giles, "Approximating the erfinv function" (2010): a first guess
+     * good to about 1e-7 relative... */
+    double w = -log((1.0 - y) * (1.0 + y)), x;
+    if (w < 5.0) {
+        w -= 2.5;
+        double p = 2.81022636e-08;
+        p = 3.43273939e-07 + p * w;
+        p = -3.5233877e-06 + p * w;
+        p = -4.39150654e-06 + p * w;
+        p = 0.00021858087 + p * w;
+        p = -0.00125372503 + p * w;
+        p = -0.00417768164 + p * w;
+        p = 0.246640727 + p * w;
+        p = 1.50140941 + p * w;
+        x = p * y;
+    } else {
+        w = sqrt(w) - 3.0;
+        double p = -0.000200214257;
+        p = 0.000100950558 + p * w;
+        p = 0.00134934322 + p * w;
+        p = -0.00367342844 + p * w;
+        p = 0.00573950773 + p * w;
+        p = -0.0076224613 + p * w;
+        p = 0.00943887047 + p * w;
+        p = 1.00167406 + p * w;
+        p = 2.83297682 + p * w;
+        x = p * y;
+    }
+    /* ...then Newton on erf(x) - y, which doubles the correct digits each
+     * step: two give f64 accuracy. */
+    for (int i = 0; i < 2; i++) {
+        double err = erf(x) - y;
+        x -= err / (TPU_K_2_SQRTPI * exp(-x * x));
+    }
+    return x;
+}
+
+/* The f64 compute, also the reference of f32 transcendental functions
+ * (evaluated on the exact f32 value, then rounded once by the caller). */
+static double un_f64(tpu_unary_fn fn, double x, const tpu_scalar *args) {
+    switch (fn) {
+    case TPU_UNARY_NEG: return -x;
+    case TPU_UNARY_ABS: return fabs(x);
+    case TPU_UNARY_SIGN: return (double)((0.0 < x) - (x < 0.0));
+    case TPU_UNARY_RECIPROCAL: return 1.0 / x;
+    case TPU_UNARY_SQRT: return sqrt(x);
+    case TPU_UNARY_RSQRT: return 1.0 / sqrt(x);
+    case TPU_UNARY_EXP: return exp(x);
+    case TPU_UNARY_EXP2: return exp2(x);
+    case TPU_UNARY_EXPM1: return expm1(x);
+    case TPU_UNARY_LOG: return log(x);
+    case TPU_UNARY_LOG2: return log2(x);
+    case TPU_UNARY_LOG10: return log10(x);
+    case TPU_UNARY_LOG1P: return log1p(x);
+    case TPU_UNARY_SIN: return sin(x);
+    case TPU_UNARY_COS: return cos(x);
+    case TPU_UNARY_TAN: return tan(x);
+    case TPU_UNARY_ASIN: return asin(x);
+    case TPU_UNARY_ACOS: return acos(x);
+    case TPU_UNARY_ATAN: return atan(x);
+    case TPU_UNARY_SINH: return sinh(x);
+    case TPU_UNARY_COSH: return cosh(x);
+    case TPU_UNARY_TANH: return tanh(x);
+    case TPU_UNARY_ASINH: return asinh(x);
+    case TPU_UNARY_ACOSH: return acosh(x);
+    case TPU_UNARY_ATANH: return atanh(x);
+    case TPU_UNARY_ERF: return erf(x);
+    case TPU_UNARY_ERFC: return erfc(x);
+    case TPU_UNARY_ERFINV: return erfinv_f64(x);
+    case TPU_UNARY_FLOOR: return floor(x);
+    case TPU_UNARY_CEIL: return ceil(x);
+    case TPU_UNARY_ROUND: return nearbyint(x);
+    case TPU_UNARY_TRUNC: return trunc(x);
+    case TPU_UNARY_FRAC: return x - trunc(x);
+    case TPU_UNARY_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    case TPU_UNARY_RELU: return x != x ? x : x > 0.0 ? x : 0.0;
+    case TPU_UNARY_GELU: return x * 0.5 * (1.0 + erf(x * TPU_K_SQRT1_2));
+    case TPU_UNARY_GELU_TANH: {
+        const double k_beta = TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5, k_kappa = 0.044715;
+        return 0.5 * x * (1.0 + tanh(k_beta * (x + k_kappa * x * x * x)));
+    }
+    case TPU_UNARY_SILU: return x / (1.0 + exp(-x));
+    case TPU_UNARY_MISH: return x * tanh(log1p(exp(x)));
+    case TPU_UNARY_SOFTPLUS: {
+        double beta = args[0].f;
+        return x * beta > args[1].f ? x : log1p(exp(x * beta)) / beta;
+    }
+    case TPU_UNARY_LEAKY_RELU: return x > 0.0 ? x : x * args[0].f;
+    case TPU_UNARY_ELU:
+        return x <= 0.0 ? expm1(x * args[2].f) * (args[0].f * args[1].f) : x * args[1].f;
+    case TPU_UNARY_HARDSWISH: return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0;
+    case TPU_UNARY_HARDSIGMOID: return fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0;
+    case TPU_UNARY_CLAMP: {
+        int64_t which = args[2].i;
+        if (x != x)
+            return x;
+        if ((which & 1) && !(x >= args[0].f))
+            x = args[0].f; /* also a NaN bound, which gives NaN */
+        if ((which & 2) && !(x <= args[1].f))
+            x = args[1].f;
+        return x;
+    }
+    case TPU_UNARY_NAN_TO_NUM:
+        return x != x ? args[0].f : x == INFINITY ? args[1].f : x == -INFINITY ? args[2].f : x;
+    default: return NAN; /* -> bool functions and BITWISE_NOT: see un_to_bool, un_i64 */
+    }
+}
+
+/* The f32 compute: arithmetic functions in f32 in PyTorch's order,
+ * transcendental ones through un_f64, rounded once. */
+static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
+    switch (fn) {
+    case TPU_UNARY_NEG: return -x;
+    case TPU_UNARY_ABS: return fabsf(x);
+    case TPU_UNARY_RECIPROCAL: return 1.0f / x;
+    case TPU_UNARY_SQRT: return sqrtf(x);
+    case TPU_UNARY_FLOOR: return floorf(x);
+    case TPU_UNARY_CEIL: return ceilf(x);
+    case TPU_UNARY_ROUND: return nearbyintf(x);
+    case TPU_UNARY_TRUNC: return truncf(x);
+    case TPU_UNARY_FRAC: return x - truncf(x);
+    case TPU_UNARY_RELU: return x != x ? x : x > 0.0f ? x : 0.0f;
+    case TPU_UNARY_LEAKY_RELU: return x > 0.0f ? x : x * (float)args[0].f;
+    case TPU_UNARY_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case TPU_UNARY_HARDSIGMOID: return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case TPU_UNARY_CLAMP: {
+        int64_t which = args[2].i;
+        float lo = (float)args[0].f, hi = (float)args[1].f;
+        if (x != x)
+            return x;
+        if ((which & 1) && !(x >= lo))
+            x = lo;
+        if ((which & 2) && !(x <= hi))
+            x = hi;
+        return x;
+    }
+    case TPU_UNARY_NAN_TO_NUM:
+        return x != x          ? (float)args[0].f
+               : x == INFINITY ? (float)args[1].f
+               : x == -INFINITY ? (float)args[2].f
+                                : x;
+    default: return (float)un_f64(fn, x, args);
+    }
+}
+
+/* The -> bool functions, on a value of any compute type (as double:
+ * exact for every float, and integers only meet comparisons with 0). */
+static bool un_to_bool(tpu_unary_fn fn, double x) {
+    switch (fn) {
+    case TPU_UNARY_ISNAN: return x != x;
+    case TPU_UNARY_ISINF: return x == INFINITY || x == -INFINITY;
+    case TPU_UNARY_ISPOSINF: return x == INFINITY;
+    case TPU_UNARY_ISNEGINF: return x == -INFINITY;
+    default: return x == 0.0; /* LOGICAL_NOT */
+    }
+}
+
+/* Integer compute, wrapping (uint64). */
+static int64_t un_i64(tpu_unary_fn fn, int64_t x, const tpu_scalar *args) {
+    uint64_t u = (uint64_t)x;
+    switch (fn) {
+    case TPU_UNARY_NEG: return tpu_k_u64_to_i64(0u - u);
+    case TPU_UNARY_ABS: return x < 0 ? tpu_k_u64_to_i64(0u - u) : x;
+    case TPU_UNARY_SIGN: return (0 < x) - (x < 0);
+    case TPU_UNARY_RELU: return x > 0 ? x : 0;
+    case TPU_UNARY_BITWISE_NOT: return ~x;
+    case TPU_UNARY_CLAMP: {
+        int64_t which = args[2].i;
+        if ((which & 1) && x < args[0].i)
+            x = args[0].i;
+        if ((which & 2) && x > args[1].i)
+            x = args[1].i;
+        return x;
+    }
+    default: return x; /* FLOOR, CEIL, ROUND, TRUNC: integers are whole */
+    }
+}
+
+static bool un_bool(tpu_unary_fn fn, bool x) {
+    return fn == TPU_UNARY_BITWISE_NOT ? !x : x; /* ABS, SIGN */
+}
+
+/* ---------------------------------------------------- reference path */
+
+tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *a = &op->in[0];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *strides[2] = {o->strides, a->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
+    const tpu_unary_fn fn = (tpu_unary_fn)op->fn;
+    const tpu_dtype cm = op->p.ew.common, odt = o->dtype;
+    const tpu_scalar *args = op->p.ew.args;
+    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        const char *px = tpu_k_ptr(a, it.off[1]);
+        char *po = tpu_k_ptr(o, it.off[0]);
+        switch (tpu_k_ew_compute_of(cm)) {
+        case EW_F32: {
+            float x = tpu_k_ew_load_f32(px, a->dtype, cm);
+            if (to_bool)
+                tpu_k_store_bool(po, odt, un_to_bool(fn, x));
+            else
+                tpu_k_store_f32(po, odt, tpu_k_round_to(un_f32(fn, x, args), cm));
+            break;
+        }
+        case EW_F64: {
+            double x = tpu_k_load_f64(px, a->dtype);
+            if (to_bool)
+                tpu_k_store_bool(po, odt, un_to_bool(fn, x));
+            else
+                tpu_k_store_f64(po, odt, un_f64(fn, x, args));
+            break;
+        }
+        case EW_I64: {
+            int64_t x = tpu_k_ew_load_i64(px, a->dtype, cm);
+            if (to_bool)
+                tpu_k_store_bool(po, odt, un_to_bool(fn, (double)(x != 0)));
+            else
+                tpu_k_store_i64(po, odt, tpu_k_ew_wrap(un_i64(fn, x, args), cm));
+            break;
+        }
+        case EW_BOOL: {
+            bool x = tpu_k_load_bool(px, a->dtype);
+            if (to_bool)
+                tpu_k_store_bool(po, odt, un_to_bool(fn, x ? 1.0 : 0.0));
+            else
+                tpu_k_store_bool(po, odt, un_bool(fn, x));
+            break;
+        }
+        }
+    }
+    return TPU_OK;
+}
+
+/* --------------------------------------------------------- fast path */
+
+/* n contiguous f32 values through fn (in and out may be the same). */
+static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        o[i] = un_f32(fn, x[i], args);
+}
+
+/* Fast path: a float-result function on f32/f16/bf16 (aligned), out in
+ * the common dtype, input and out dense with the same layout (the common
+ * case: a contiguous tensor, or out allocated like its input). The input
+ * is staged through f32 chunks and each result rounded once on store, so
+ * the bytes are the reference's. The rest goes to the reference. */
+tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *a = &op->in[0];
+    const tpu_dtype cm = op->p.ew.common;
+    if (o->dtype != cm || tpu_k_ew_compute_of(cm) != EW_F32 || tpu_k_fn_row_of(op)->to_bool ||
+        !tpu_k_cvt_supported(a->dtype) || !tpu_k_is_aligned(a) || !tpu_k_is_aligned(o) ||
+        !tpu_k_is_dense(o) || !tpu_k_same_layout(a, o))
+        return tpu_k_unary_ref(op, ith, nth);
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    const tpu_unary_fn fn = (tpu_unary_fn)op->fn;
+    float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
+    const size_t ies = tpu_dtype_size(a->dtype), oes = tpu_dtype_size(cm);
+    for (int64_t off = start; off < end; off += TPU_K_EW_CHUNK) {
+        int64_t len = end - off < TPU_K_EW_CHUNK ? end - off : TPU_K_EW_CHUNK;
+        const float *x = tpu_k_ew_stage_f32((const char *)a->data + off * (int64_t)ies, a->dtype, 1,
+                                            len, cm, xbuf);
+        char *po = (char *)o->data + off * (int64_t)oes;
+        float *dst = cm == TPU_DTYPE_F32 ? (float *)po : obuf;
+        f32_run(fn, op->p.ew.args, dst, x, len);
+        if (cm != TPU_DTYPE_F32)
+            tpu_k_cvt_from_f32(po, cm, obuf, len);
+    }
+    return TPU_OK;
+}
