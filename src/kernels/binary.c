@@ -186,7 +186,7 @@ static inline float bin_f32(const bin_ctx *c, float a, float b) {
     case TPU_BINARY_THRESHOLD: return a <= (float)c->a0.f ? (float)c->a1.f : b;
     case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0f - b) * b;
     case TPU_BINARY_TANH_BACKWARD: return a * (1.0f - b * b);
-    case TPU_BINARY_LEAKY_RELU_BACKWARD: return b > 0.0f ? a : a * (float)c->a0.f;
+    case TPU_BINARY_LEAKY_RELU_BACKWARD: return a > 0.0f ? b : b * (float)c->a0.f;
     case TPU_BINARY_HARDSWISH_BACKWARD:
         return b < -3.0f ? 0.0f : b <= 3.0f ? a * (b / 3.0f + 0.5f) : a;
     case TPU_BINARY_HARDSIGMOID_BACKWARD:
@@ -226,7 +226,7 @@ static inline double bin_f64(const bin_ctx *c, double a, double b) {
     case TPU_BINARY_THRESHOLD: return a <= c->a0.f ? c->a1.f : b;
     case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0 - b) * b;
     case TPU_BINARY_TANH_BACKWARD: return a * (1.0 - b * b);
-    case TPU_BINARY_LEAKY_RELU_BACKWARD: return b > 0.0 ? a : a * c->a0.f;
+    case TPU_BINARY_LEAKY_RELU_BACKWARD: return a > 0.0 ? b : b * c->a0.f;
     case TPU_BINARY_HARDSWISH_BACKWARD: return b < -3.0 ? 0.0 : b <= 3.0 ? a * (b / 3.0 + 0.5) : a;
     case TPU_BINARY_HARDSIGMOID_BACKWARD: return b > -3.0 && b < 3.0 ? a * (1.0 / 6.0) : 0.0;
     case TPU_BINARY_HARDTANH_BACKWARD: return b <= c->a0.f || b >= c->a1.f ? 0.0 : a;
@@ -281,6 +281,10 @@ static inline bool bin_i64(const bin_ctx *c, int64_t a, int64_t b, int64_t *out)
     }
     case TPU_BINARY_RSHIFT: {
         int bits = int_bits(c->common);
+        if ((b < 0 || b >= bits) && c->common == TPU_DTYPE_U8) {
+            *out = 0; /* the sign fill of an unsigned type */
+            return true;
+        }
         int64_t n = b < 0 || b >= bits ? bits - 1 : b;
         /* Arithmetic shift written out (>> of a negative value is
          * implementation-defined); u8 values are non-negative. */

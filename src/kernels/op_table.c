@@ -27,7 +27,7 @@ _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
  * registration in csrc/aten. */
 static const tpu_k_fn_row k_unary[] = {
     [TPU_UNARY_NEG] = {"neg", TPU_K_TAKES_NOT_BOOL, false},
-    [TPU_UNARY_ABS] = {"abs", TPU_K_TAKES_ANY, false},
+    [TPU_UNARY_ABS] = {"abs", TPU_K_TAKES_NOT_BOOL, false},
     [TPU_UNARY_SIGN] = {"sign", TPU_K_TAKES_ANY, false},
     [TPU_UNARY_RECIPROCAL] = {"reciprocal", TPU_K_TAKES_FLOAT, false},
     [TPU_UNARY_SQRT] = {"sqrt", TPU_K_TAKES_FLOAT, false},
@@ -229,6 +229,13 @@ bool tpu_k_takes_dtype(tpu_k_takes takes, tpu_dtype dt) {
     case TPU_K_TAKES_INT: return !is_float && !is_bool;
     }
     return false;
+}
+
+bool tpu_op_fn_takes(tpu_op_code code, int32_t fn, tpu_dtype dt) {
+    if (!op_code_valid(code) || fn < 0 || fn >= k_fns[code].count || k_fns[code].rows == NULL ||
+        (unsigned)dt >= (unsigned)TPU_DTYPE_COUNT)
+        return false;
+    return tpu_k_takes_dtype(k_fns[code].rows[fn].takes, dt);
 }
 
 const tpu_k_fn_row *tpu_k_fn_row_of(const tpu_op *op) {

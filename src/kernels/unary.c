@@ -122,8 +122,11 @@ static double un_f64(tpu_unary_fn fn, double x, const tpu_scalar *args) {
         int64_t which = args[2].i;
         if (x != x)
             return x;
-        if ((which & 1) && !(x >= args[0].f))
-            x = args[0].f; /* also a NaN bound, which gives NaN */
+        if ((which & 1) && !(x >= args[0].f)) {
+            x = args[0].f;
+            if (x != x)
+                return x; /* a NaN bound gives NaN */
+        }
         if ((which & 2) && !(x <= args[1].f))
             x = args[1].f;
         return x;
@@ -156,8 +159,11 @@ static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
         float lo = (float)args[0].f, hi = (float)args[1].f;
         if (x != x)
             return x;
-        if ((which & 1) && !(x >= lo))
+        if ((which & 1) && !(x >= lo)) {
             x = lo;
+            if (x != x)
+                return x; /* a NaN bound gives NaN */
+        }
         if ((which & 2) && !(x <= hi))
             x = hi;
         return x;
@@ -205,7 +211,7 @@ static int64_t un_i64(tpu_unary_fn fn, int64_t x, const tpu_scalar *args) {
 }
 
 static bool un_bool(tpu_unary_fn fn, bool x) {
-    return fn == TPU_UNARY_BITWISE_NOT ? !x : x; /* ABS, SIGN */
+    return fn == TPU_UNARY_BITWISE_NOT ? !x : x; /* SIGN */
 }
 
 /* ---------------------------------------------------- reference path */

@@ -87,7 +87,7 @@ typedef enum {
  * result whatever the common dtype. */
 typedef enum {
     TPU_UNARY_NEG = 0,     /* -x; integers wrap; not bool */
-    TPU_UNARY_ABS,         /* |x|; integers wrap (abs(INT_MIN) == INT_MIN); bool: x */
+    TPU_UNARY_ABS,         /* |x|; integers wrap (abs(INT_MIN) == INT_MIN); not bool */
     TPU_UNARY_SIGN,        /* (0 < x) - (x < 0): -1, 0 or 1 (NaN and -0 give 0); bool: x */
     TPU_UNARY_RECIPROCAL,  /* 1 / x, float */
     TPU_UNARY_SQRT,        /* float */
@@ -172,7 +172,7 @@ typedef enum {
     TPU_BINARY_BITWISE_OR,
     TPU_BINARY_BITWISE_XOR,
     TPU_BINARY_LSHIFT,      /* integers: a << b, 0 when b is negative or >= the bits of common */
-    TPU_BINARY_RSHIFT,      /* integers: a >> b (arithmetic), sign fill when b >= the bits */
+    TPU_BINARY_RSHIFT,      /* integers: a >> b (arithmetic), the sign fill (u8: 0) when b < 0 or b >= the bits */
     /* Backward functions: a is the incoming gradient g unless noted. */
     TPU_BINARY_THRESHOLD,           /* a <= a0 ? a1 : b (threshold and relu's backward); any but bool */
     TPU_BINARY_SIGMOID_BACKWARD,    /* g * (1 - y) * y, b = y = sigmoid(x); float */
@@ -181,7 +181,7 @@ typedef enum {
     TPU_BINARY_GELU_TANH_BACKWARD,  /* g * (tanh approximation)'(b); float */
     TPU_BINARY_SILU_BACKWARD,       /* g * silu'(b); float */
     TPU_BINARY_MISH_BACKWARD,       /* g * mish'(b); float */
-    TPU_BINARY_LEAKY_RELU_BACKWARD, /* b > 0 ? g : g * a0; float */
+    TPU_BINARY_LEAKY_RELU_BACKWARD, /* a = x, b = g (PyTorch's operand order): a > 0 ? b : b * a0; float */
     TPU_BINARY_HARDSWISH_BACKWARD,  /* g * hardswish'(b); float */
     TPU_BINARY_HARDSIGMOID_BACKWARD,/* -3 < b < 3 ? g / 6 : 0; float */
     TPU_BINARY_SOFTPLUS_BACKWARD,   /* b * beta > threshold ? g : g * z / (z + 1), z = exp(b beta); a0 beta, a1 threshold; float */
@@ -298,6 +298,12 @@ TPU_API const char *tpu_op_name(tpu_op_code code);
  * family's name for COPY and FILL; "invalid" for a pair outside the
  * tables. */
 TPU_API const char *tpu_op_fn_name(tpu_op_code code, int32_t fn);
+
+/* True if function fn of the element-wise family `code` (UNARY, BINARY)
+ * computes in common dtype dt: what tpu_op_check will accept, so that the
+ * glue can refuse a call before it has a record (even one with no
+ * elements). False for other families and values outside the enums. */
+TPU_API bool tpu_op_fn_takes(tpu_op_code code, int32_t fn, tpu_dtype dt);
 
 /* Number of function codes of a family (1 for COPY and FILL, whose fn is
  * 0); 0 outside the enum. */

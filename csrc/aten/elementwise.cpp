@@ -1,0 +1,564 @@
+// Element-wise ops as TPU_OP_UNARY / TPU_OP_BINARY records, on PyTorch's
+// own structured meta functions (csrc/core/structured.h): the meta builds
+// a TensorIterator exactly as for CPU (broadcasting, type promotion, the
+// result's layout, merged dims, argument checks), and submit_iterator
+// turns it into one record whose common dtype is the iterator's. Ops that
+// are not structured in PyTorch run PyTorch's own native function, which
+// builds the iterator and calls the op's DispatchStub; the stub's
+// PrivateUse1 slot (REGISTER_PRIVATEUSE1_DISPATCH) lands here too.
+//
+// A new element-wise op: a function row in src/kernels/op_table.c, its
+// scalar body in src/kernels, and one line below.
+#include <ATen/OpMathType.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/Activation.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/abs_native.h>
+#include <ATen/ops/hardswish_backward_native.h>
+#include <ATen/ops/hardswish_native.h>
+#include <ATen/ops/hardtanh_backward_native.h>
+#include <ATen/ops/logical_and_native.h>
+#include <ATen/ops/logical_not_native.h>
+#include <ATen/ops/logical_or_native.h>
+#include <ATen/ops/logical_xor_native.h>
+#include <ATen/ops/nan_to_num_native.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/clamp_max_native.h>
+#include <ATen/ops/clamp_native.h>
+#include <ATen/ops/exp_meta.h>
+#include <ATen/ops/mish_backward_native.h>
+#include <torch/library.h>
+
+#include <array>
+#include <cfloat>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "core/glue.h"
+#include "core/structured.h"
+
+namespace torch_tpu {
+namespace {
+
+// "aten::<fn>" for messages, one static string per function.
+template <tpu_op_code Code, int32_t Count>
+const char* aten_name(int32_t fn) {
+  static const auto names = [] {
+    std::array<std::string, Count> n;
+    for (int32_t i = 0; i < Count; i++) n[i] = std::string("aten::") + tpu_op_fn_name(Code, i);
+    return n;
+  }();
+  return names[fn].c_str();
+}
+
+const char* op_label(tpu_op_code code, int32_t fn) {
+  return code == TPU_OP_UNARY ? aten_name<TPU_OP_UNARY, TPU_UNARY_COUNT>(fn)
+                              : aten_name<TPU_OP_BINARY, TPU_BINARY_COUNT>(fn);
+}
+
+// The parameters of a record beyond its operands.
+struct EwParams {
+  tpu_scalar alpha{1.0, 1};
+  std::array<tpu_scalar, 3> args{};
+  tpu_rounding rounding = TPU_ROUND_NONE;
+  // A second operand that is a host value, not an iterator operand (pow's
+  // scalar exponent), already in the form the kernel reads.
+  std::optional<tpu_scalar> other;
+  bool b_opmath = false;  // see tpu_op.p.ew
+};
+
+// Operand `arg` of the iterator as a C view, dims in row-major order (the
+// iterator keeps its dims fastest first and its strides in bytes), over
+// the dims [0, ndim) of the iterator's shape with data at `data`.
+tpu_tensor describe_operand(const at::TensorIteratorBase& iter, int arg, char* data, int ndim) {
+  tpu_tensor t{};
+  const at::TensorBase& base = iter.tensor_base(arg);
+  t.data = data;
+  TORCH_INTERNAL_ASSERT(to_tpu_dtype(iter.dtype(arg), &t.dtype));
+  t.ndim = ndim;
+  const int64_t es = static_cast<int64_t>(iter.element_size(arg));
+  for (int d = 0; d < ndim; d++) {
+    t.sizes[d] = iter.shape()[ndim - 1 - d];
+    t.strides[d] = iter.strides(arg)[ndim - 1 - d] / es;
+  }
+  t.storage = base.storage().mutable_data();
+  t.storage_nbytes = static_cast<int64_t>(base.storage().nbytes());
+  return t;
+}
+
+// Submits one record per slice of the iterator's outermost dims beyond
+// TPU_MAX_DIMS (one record in the common case).
+void submit_slices(const at::TensorIteratorBase& iter, tpu_op& op, const std::array<int, 3>& args, int n_tensors,
+                   c10::DeviceIndex chip, const char* name) {
+  std::array<char*, 3> data{};
+  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(args[i]));
+  const int ndim = iter.ndim();
+  const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
+  // Outer dims [kept, ndim) are walked here, fastest first.
+  std::vector<int64_t> idx(ndim - kept, 0);
+  while (true) {
+    tpu_tensor* slots[3] = {&op.out, &op.in[0], &op.in[1]};
+    for (int i = 0; i < n_tensors; i++) *slots[i] = describe_operand(iter, args[i], data[i], kept);
+    submit(chip, op, name);
+    int d = 0;
+    for (; d < ndim - kept; d++) {
+      const int dim = kept + d;
+      for (int i = 0; i < n_tensors; i++) data[i] += iter.strides(args[i])[dim];
+      if (++idx[d] < iter.shape()[dim]) break;
+      for (int i = 0; i < n_tensors; i++) data[i] -= iter.strides(args[i])[dim] * iter.shape()[dim];
+      idx[d] = 0;
+    }
+    if (d == ndim - kept) return;
+  }
+}
+
+// Describes a built element-wise iterator (one output; one or two inputs)
+// as a record of family `code`, function `fn`, and submits it.
+void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn, const EwParams& p = {}) {
+  const char* name = op_label(code, fn);
+  TORCH_INTERNAL_ASSERT(iter.noutputs() == 1 && iter.ninputs() >= 1 && iter.ninputs() <= 2);
+  const at::ScalarType common = iter.maybe_common_dtype().value_or(iter.dtype(1));
+  tpu_dtype common_dt;
+  for (int arg = 0; arg < iter.ntensors(); arg++) {
+    tpu_dtype dt;
+    TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(iter.dtype(arg), &dt), name, ": tpu does not support dtype ",
+                                iter.dtype(arg));
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(common, &common_dt), name, ": tpu does not support dtype ", common);
+  // The CPU kernel refuses a dtype it has no loop for, with or without
+  // elements; so does the device, with the same exception type.
+  TORCH_CHECK_NOT_IMPLEMENTED(tpu_op_fn_takes(code, fn, common_dt), "\"", name, "\" not implemented for '", common,
+                              "'");
+  if (iter.numel() == 0) return;
+  for (int arg = 0; arg < iter.ntensors(); arg++)
+    if (!iter.is_cpu_scalar(arg)) check_in_storage(iter.tensor(arg), name);
+  tpu_op op{};
+  op.code = code;
+  op.fn = fn;
+  op.p.ew.common = common_dt;
+  op.p.ew.alpha = p.alpha;
+  op.p.ew.rounding = p.rounding;
+  op.p.ew.b_opmath = p.b_opmath;
+  for (int i = 0; i < 3; i++) op.p.ew.args[i] = p.args[i];
+  const c10::Device device = iter.device(0);
+  // A host scalar second operand rides in the record; converted to the
+  // common dtype as TensorIterator would convert it for CPU, or kept in
+  // the compute type where the CPU kernel reads it that way (b_opmath).
+  std::array<int, 3> args{0, 1, 2};
+  int n_tensors = 1 + iter.ninputs();
+  at::Tensor moved;  // a host scalar first operand, copied to the chip
+  if (p.other.has_value()) {
+    TORCH_INTERNAL_ASSERT(iter.ninputs() == 1 && code == TPU_OP_BINARY);
+    op.p.ew.other = *p.other;
+  } else if (iter.ninputs() == 2 && iter.is_cpu_scalar(2)) {
+    const c10::Scalar value = at::Tensor(iter.tensor_base(2)).item();
+    op.p.ew.other = to_tpu_scalar(value, p.b_opmath ? at::toOpMathType(common) : common, /*checked=*/false);
+    n_tensors = 2;
+  }
+  op.n_in = n_tensors - 1;
+  if (iter.is_cpu_scalar(1)) {
+    // Rare (torch.sub(cpu_0d, tpu)): the first operand goes to the chip.
+    moved = at::Tensor(iter.tensor_base(1)).to(device);
+    TORCH_CHECK(iter.ndim() <= TPU_MAX_DIMS, name, ": a host scalar operand with more than ", TPU_MAX_DIMS,
+                " dims is not supported on tpu");
+    for (int a = 0; a < n_tensors; a++) {
+      const int arg = args[a];
+      tpu_tensor* slot = a == 0 ? &op.out : &op.in[a - 1];
+      if (arg == 1) {
+        *slot = describe(moved, name);
+        slot->ndim = iter.ndim();
+        for (int d = 0; d < iter.ndim(); d++) {
+          slot->sizes[d] = iter.shape()[iter.ndim() - 1 - d];
+          slot->strides[d] = 0;
+        }
+      } else {
+        *slot = describe_operand(iter, arg, static_cast<char*>(iter.data_ptr(arg)), iter.ndim());
+      }
+    }
+    submit(device.index(), op, name);
+    return;
+  }
+  submit_slices(iter, op, args, n_tensors, device.index(), name);
+}
+
+// ------------------------------------------------------------- kernels
+// Each kernel runs on the iterator its meta function built; the extra
+// parameters are the meta's own arguments.
+
+template <tpu_unary_fn Fn>
+void unary_kernel(at::TensorIteratorBase& iter, const at::Tensor&) {
+  submit_iterator(iter, TPU_OP_UNARY, Fn);
+}
+
+template <tpu_binary_fn Fn>
+void binary_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&) {
+  submit_iterator(iter, TPU_OP_BINARY, Fn);
+}
+
+// Comparison with a Scalar `other`: the meta wraps it as a host 0-dim
+// tensor operand, so it is the iterator's second input.
+template <tpu_binary_fn Fn>
+void compare_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar&) {
+  submit_iterator(iter, TPU_OP_BINARY, Fn);
+}
+
+// A parameter given in the compute ("opmath") type, as PyTorch's kernels
+// read most activation parameters.
+tpu_scalar opmath_arg(const c10::Scalar& s) { return tpu_scalar{s.toDouble(), s.isIntegral(true) ? s.toLong() : 0}; }
+
+// A parameter converted to the common dtype first, as PyTorch's kernels
+// read clamp bounds and threshold values (scalar_t, not opmath).
+tpu_scalar common_arg(const at::TensorIteratorBase& iter, const c10::Scalar& s) {
+  return to_tpu_scalar(s, iter.common_dtype(), /*checked=*/false);
+}
+
+void softplus_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& beta,
+                     const c10::Scalar& threshold) {
+  EwParams p;
+  p.args = {opmath_arg(beta), opmath_arg(threshold), {}};
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_SOFTPLUS, p);
+}
+
+void leaky_relu_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& slope) {
+  EwParams p;
+  p.args = {opmath_arg(slope), {}, {}};
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_LEAKY_RELU, p);
+}
+
+void elu_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& alpha, const c10::Scalar& scale,
+                const c10::Scalar& input_scale) {
+  EwParams p;
+  p.args = {opmath_arg(alpha), opmath_arg(scale), opmath_arg(input_scale)};
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_ELU, p);
+}
+
+void gelu_kernel(at::TensorIteratorBase& iter, const at::Tensor&, c10::string_view approximate) {
+  submit_iterator(iter, TPU_OP_UNARY, approximate == "tanh" ? TPU_UNARY_GELU_TANH : TPU_UNARY_GELU);
+}
+
+void gelu_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                          c10::string_view approximate) {
+  submit_iterator(iter, TPU_OP_BINARY,
+                  approximate == "tanh" ? TPU_BINARY_GELU_TANH_BACKWARD : TPU_BINARY_GELU_BACKWARD);
+}
+
+// clamp and its one-sided forms: which bounds apply in args[2].
+void clamp_with(at::TensorIteratorBase& iter, at::OptionalScalarRef min, at::OptionalScalarRef max) {
+  EwParams p;
+  if (min.has_value()) p.args[0] = common_arg(iter, min.get());
+  if (max.has_value()) p.args[1] = common_arg(iter, max.get());
+  p.args[2].i = (min.has_value() ? 1 : 0) | (max.has_value() ? 2 : 0);
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_CLAMP, p);
+}
+
+void clamp_min_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& min) {
+  clamp_with(iter, at::OptionalScalarRef(&min), at::OptionalScalarRef());
+}
+
+void clamp_max_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& max) {
+  clamp_with(iter, at::OptionalScalarRef(), at::OptionalScalarRef(&max));
+}
+
+void threshold_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& threshold,
+                      const c10::Scalar& value) {
+  EwParams p;
+  p.args = {common_arg(iter, threshold), common_arg(iter, value), {}};
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_THRESHOLD, p);
+}
+
+void threshold_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                               const c10::Scalar& threshold) {
+  EwParams p;
+  p.args = {common_arg(iter, threshold), common_arg(iter, 0), {}};
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_THRESHOLD, p);
+}
+
+void leaky_relu_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                                const c10::Scalar& slope, bool) {
+  EwParams p;
+  p.args = {opmath_arg(slope), {}, {}};
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_LEAKY_RELU_BACKWARD, p);
+}
+
+void softplus_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                              const c10::Scalar& beta, const c10::Scalar& threshold) {
+  EwParams p;
+  p.args = {opmath_arg(beta), opmath_arg(threshold), {}};
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_SOFTPLUS_BACKWARD, p);
+}
+
+void pow_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& exponent) {
+  // The CPU kernel raises to the exponent in the compute type.
+  EwParams p;
+  p.other = to_tpu_scalar(exponent, at::toOpMathType(iter.common_dtype()), /*checked=*/false);
+  p.b_opmath = true;
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_POW, p);
+}
+
+// ------------------------------------------- DispatchStub slots
+// For the ops PyTorch does not structure: its native function builds the
+// iterator, then calls the stub for the iterator's device.
+
+template <tpu_unary_fn Fn>
+void unary_stub(at::TensorIteratorBase& iter) {
+  submit_iterator(iter, TPU_OP_UNARY, Fn);
+}
+
+template <tpu_binary_fn Fn>
+void binary_stub(at::TensorIterator& iter) {
+  submit_iterator(iter, TPU_OP_BINARY, Fn);
+}
+
+void hardswish_stub(at::TensorIterator& iter) { submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_HARDSWISH); }
+
+void nan_to_num_stub(at::TensorIteratorBase& iter, std::optional<double> nan, std::optional<double> posinf,
+                     std::optional<double> neginf) {
+  // PyTorch's defaults: 0, and the dtype's largest and lowest finite values.
+  double big = DBL_MAX;
+  switch (iter.common_dtype()) {
+    case at::kFloat: big = FLT_MAX; break;
+    case at::kHalf: big = 65504.0; break;
+    case at::kBFloat16: big = static_cast<double>(std::numeric_limits<c10::BFloat16>::max()); break;
+    default: break;
+  }
+  EwParams p;
+  p.args = {common_arg(iter, nan.value_or(0.0)), common_arg(iter, posinf.value_or(big)),
+            common_arg(iter, neginf.value_or(-big))};
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_NAN_TO_NUM, p);
+}
+
+void hardtanh_backward_stub(at::TensorIterator& iter, const c10::Scalar& min, const c10::Scalar& max) {
+  EwParams p;
+  p.args = {opmath_arg(min), opmath_arg(max), {}};
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_HARDTANH_BACKWARD, p);
+}
+
+}  // namespace
+}  // namespace torch_tpu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(abs_stub, &torch_tpu::unary_stub<TPU_UNARY_ABS>)
+REGISTER_PRIVATEUSE1_DISPATCH(logical_not_stub, &torch_tpu::unary_stub<TPU_UNARY_LOGICAL_NOT>)
+REGISTER_PRIVATEUSE1_DISPATCH(logical_and_stub, &torch_tpu::binary_stub<TPU_BINARY_LOGICAL_AND>)
+REGISTER_PRIVATEUSE1_DISPATCH(logical_or_stub, &torch_tpu::binary_stub<TPU_BINARY_LOGICAL_OR>)
+REGISTER_PRIVATEUSE1_DISPATCH(logical_xor_stub, &torch_tpu::binary_stub<TPU_BINARY_LOGICAL_XOR>)
+REGISTER_PRIVATEUSE1_DISPATCH(hardswish_stub, &torch_tpu::hardswish_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(hardswish_backward_stub, &torch_tpu::binary_stub<TPU_BINARY_HARDSWISH_BACKWARD>)
+REGISTER_PRIVATEUSE1_DISPATCH(mish_backward_stub, &torch_tpu::binary_stub<TPU_BINARY_MISH_BACKWARD>)
+REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &torch_tpu::nan_to_num_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(hardtanh_backward_stub, &torch_tpu::hardtanh_backward_stub)
+}  // namespace at::native
+
+namespace torch_tpu {
+namespace {
+
+using T = const at::Tensor&;
+using S = const c10::Scalar&;
+
+// The functional, in-place and out= forms of a structured op.
+#define TPU_STRUCTURED(m, op, MetaName, kernel, ...)                                         \
+  m.impl(op, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);                \
+  m.impl(op "_", structured_inplace_from<at::meta::MetaName, kernel, __VA_ARGS__>::call);    \
+  m.impl(op ".out", structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+
+// In-place form: meta(self, rest...) with self as output. Splits the
+// argument list into self and the rest.
+template <class Meta, auto Kernel, class Self, class... Rest>
+struct structured_inplace_from {
+  static at::Tensor& call(at::Tensor& self, Rest... rest) {
+    return structured_inplace<Meta, Kernel, Rest...>(self, rest...);
+  }
+};
+
+#define TPU_UNARY(m, op, FN) TPU_STRUCTURED(m, #op, structured_##op, &unary_kernel<FN>, T)
+
+// Binary structured ops with an overload name (add.Tensor, ...): the
+// functional is op.Tensor, in place op_.Tensor, out op.out.
+#define TPU_BINARY_OVERLOAD(m, op, overload, MetaName, kernel, ...)                                 \
+  m.impl(#op "." overload, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);         \
+  m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, __VA_ARGS__>::call); \
+  m.impl(#op ".out", structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+
+// Same, when the out form has its own overload name.
+#define TPU_BINARY_OVERLOAD_OUT(m, op, overload, out_overload, MetaName, kernel, ...)               \
+  m.impl(#op "." overload, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);         \
+  m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, __VA_ARGS__>::call); \
+  m.impl(#op "." out_overload, structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+
+// clamp's Scalar? bounds arrive as optionals; its meta takes references.
+at::OptionalScalarRef ref(const std::optional<c10::Scalar>& s) {
+  return s.has_value() ? at::OptionalScalarRef(&s.value()) : at::OptionalScalarRef();
+}
+
+at::Tensor clamp(T self, const std::optional<c10::Scalar>& min, const std::optional<c10::Scalar>& max) {
+  Structured<at::meta::structured_clamp> op(OutputKind::Functional, nullptr);
+  op.meta(self, ref(min), ref(max));
+  clamp_with(op, ref(min), ref(max));
+  return std::move(op.output_);
+}
+
+at::Tensor& clamp_(at::Tensor& self, const std::optional<c10::Scalar>& min, const std::optional<c10::Scalar>& max) {
+  Structured<at::meta::structured_clamp> op(OutputKind::Inplace, &self);
+  op.meta(self, ref(min), ref(max));
+  clamp_with(op, ref(min), ref(max));
+  return self;
+}
+
+at::Tensor& clamp_out(T self, const std::optional<c10::Scalar>& min, const std::optional<c10::Scalar>& max,
+                      at::Tensor& out) {
+  Structured<at::meta::structured_clamp> op(OutputKind::Out, &out);
+  op.meta(self, ref(min), ref(max));
+  clamp_with(op, ref(min), ref(max));
+  return out;
+}
+
+// isnan and isinf have no structured form: a bool result laid out like
+// self, from an iterator that keeps self's dtype as the common one.
+at::Tensor bool_unary(T self, tpu_unary_fn fn) {
+  at::Tensor out = at::empty_like(self, self.options().dtype(at::kBool));
+  auto iter = at::TensorIteratorConfig().add_output(out).add_const_input(self).check_all_same_dtype(false).build();
+  submit_iterator(iter, TPU_OP_UNARY, fn);
+  return out;
+}
+
+at::Tensor isnan(T self) { return bool_unary(self, TPU_UNARY_ISNAN); }
+at::Tensor isinf(T self) { return bool_unary(self, TPU_UNARY_ISINF); }
+
+at::Tensor relu(T self) { return at::clamp_min(self, 0); }
+at::Tensor& relu_(at::Tensor& self) { return at::clamp_min_(self, 0); }
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Unary, structured.
+  TPU_UNARY(m, neg, TPU_UNARY_NEG);
+  TPU_UNARY(m, sign, TPU_UNARY_SIGN);
+  TPU_UNARY(m, reciprocal, TPU_UNARY_RECIPROCAL);
+  TPU_UNARY(m, sqrt, TPU_UNARY_SQRT);
+  TPU_UNARY(m, rsqrt, TPU_UNARY_RSQRT);
+  TPU_UNARY(m, exp, TPU_UNARY_EXP);
+  TPU_UNARY(m, exp2, TPU_UNARY_EXP2);
+  TPU_UNARY(m, expm1, TPU_UNARY_EXPM1);
+  TPU_UNARY(m, log, TPU_UNARY_LOG);
+  TPU_UNARY(m, log2, TPU_UNARY_LOG2);
+  TPU_UNARY(m, log10, TPU_UNARY_LOG10);
+  TPU_UNARY(m, log1p, TPU_UNARY_LOG1P);
+  TPU_UNARY(m, sin, TPU_UNARY_SIN);
+  TPU_UNARY(m, cos, TPU_UNARY_COS);
+  TPU_UNARY(m, tan, TPU_UNARY_TAN);
+  TPU_UNARY(m, asin, TPU_UNARY_ASIN);
+  TPU_UNARY(m, acos, TPU_UNARY_ACOS);
+  TPU_UNARY(m, atan, TPU_UNARY_ATAN);
+  TPU_UNARY(m, sinh, TPU_UNARY_SINH);
+  TPU_UNARY(m, cosh, TPU_UNARY_COSH);
+  TPU_UNARY(m, tanh, TPU_UNARY_TANH);
+  TPU_UNARY(m, asinh, TPU_UNARY_ASINH);
+  TPU_UNARY(m, acosh, TPU_UNARY_ACOSH);
+  TPU_UNARY(m, atanh, TPU_UNARY_ATANH);
+  TPU_UNARY(m, erf, TPU_UNARY_ERF);
+  TPU_UNARY(m, erfc, TPU_UNARY_ERFC);
+  TPU_UNARY(m, erfinv, TPU_UNARY_ERFINV);
+  TPU_UNARY(m, floor, TPU_UNARY_FLOOR);
+  TPU_UNARY(m, ceil, TPU_UNARY_CEIL);
+  TPU_UNARY(m, round, TPU_UNARY_ROUND);
+  TPU_UNARY(m, trunc, TPU_UNARY_TRUNC);
+  TPU_UNARY(m, frac, TPU_UNARY_FRAC);
+  TPU_UNARY(m, sigmoid, TPU_UNARY_SIGMOID);
+  TPU_UNARY(m, bitwise_not, TPU_UNARY_BITWISE_NOT);
+  TPU_UNARY(m, silu, TPU_UNARY_SILU);
+  TPU_UNARY(m, mish, TPU_UNARY_MISH);
+  TPU_UNARY(m, hardsigmoid, TPU_UNARY_HARDSIGMOID);
+  m.impl("isposinf", structured_functional<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, T>);
+  m.impl("isposinf.out", structured_out<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, T>);
+  m.impl("isneginf", structured_functional<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, T>);
+  m.impl("isneginf.out", structured_out<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, T>);
+  m.impl("softplus", structured_functional<at::meta::structured_softplus, &softplus_kernel, T, S, S>);
+  m.impl("softplus.out", structured_out<at::meta::structured_softplus, &softplus_kernel, T, S, S>);
+  TPU_STRUCTURED(m, "leaky_relu", structured_leaky_relu, &leaky_relu_kernel, T, S);
+  TPU_STRUCTURED(m, "elu", structured_elu, &elu_kernel, T, S, S, S);
+  TPU_STRUCTURED(m, "gelu", structured_gelu, &gelu_kernel, T, c10::string_view);
+  TPU_STRUCTURED(m, "clamp_min", structured_clamp_min, &clamp_min_kernel, T, S);
+  TPU_STRUCTURED(m, "clamp_max", structured_clamp_max, &clamp_max_kernel, T, S);
+  m.impl("clamp", clamp);
+  m.impl("clamp_", clamp_);
+  m.impl("clamp.out", clamp_out);
+  m.impl("isnan", isnan);
+  m.impl("isinf", isinf);
+  m.impl("relu", relu);
+  m.impl("relu_", relu_);
+  TPU_STRUCTURED(m, "threshold", structured_threshold, &threshold_kernel, T, S, S);
+  // Unary, through DispatchStub.
+  m.impl("abs.out", at::native::abs_out);
+  m.impl("logical_not.out", at::native::logical_not_out);
+  m.impl("nan_to_num.out", at::native::nan_to_num_out);
+  m.impl("hardswish", at::native::hardswish);
+  m.impl("hardswish_", at::native::hardswish_);
+  m.impl("hardswish.out", at::native::hardswish_out);
+
+  // Binary, structured.
+  m.impl("maximum", structured_functional<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, T, T>);
+  m.impl("maximum.out", structured_out<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, T, T>);
+  m.impl("minimum", structured_functional<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, T, T>);
+  m.impl("minimum.out", structured_out<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, T, T>);
+  m.impl("fmax", structured_functional<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, T, T>);
+  m.impl("fmax.out", structured_out<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, T, T>);
+  m.impl("fmin", structured_functional<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, T, T>);
+  m.impl("fmin.out", structured_out<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, T, T>);
+  TPU_STRUCTURED(m, "atan2", structured_atan2, &binary_kernel<TPU_BINARY_ATAN2>, T, T);
+  TPU_BINARY_OVERLOAD(m, pow, "Tensor_Tensor", structured_pow_Tensor_Tensor, &binary_kernel<TPU_BINARY_POW>, T, T);
+  m.impl("pow.Tensor_Scalar", structured_functional<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, T, S>);
+  m.impl("pow_.Scalar", structured_inplace<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, S>);
+  m.impl("pow.Tensor_Scalar_out", structured_out<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, T, S>);
+  TPU_BINARY_OVERLOAD(m, remainder, "Tensor", structured_remainder_Tensor, &binary_kernel<TPU_BINARY_REMAINDER>, T, T);
+  TPU_BINARY_OVERLOAD(m, fmod, "Tensor", structured_fmod_Tensor, &binary_kernel<TPU_BINARY_FMOD>, T, T);
+  TPU_BINARY_OVERLOAD(m, copysign, "Tensor", structured_copysign_Tensor, &binary_kernel<TPU_BINARY_COPYSIGN>, T, T);
+  TPU_BINARY_OVERLOAD(m, xlogy, "Tensor", structured_xlogy_Tensor, &binary_kernel<TPU_BINARY_XLOGY>, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, bitwise_and, "Tensor", "Tensor_out", structured_bitwise_and_Tensor,
+                          &binary_kernel<TPU_BINARY_BITWISE_AND>, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, bitwise_or, "Tensor", "Tensor_out", structured_bitwise_or_Tensor,
+                          &binary_kernel<TPU_BINARY_BITWISE_OR>, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, bitwise_xor, "Tensor", "Tensor_out", structured_bitwise_xor_Tensor,
+                          &binary_kernel<TPU_BINARY_BITWISE_XOR>, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, bitwise_left_shift, "Tensor", "Tensor_out", structured_bitwise_left_shift_Tensor,
+                          &binary_kernel<TPU_BINARY_LSHIFT>, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, bitwise_right_shift, "Tensor", "Tensor_out", structured_bitwise_right_shift_Tensor,
+                          &binary_kernel<TPU_BINARY_RSHIFT>, T, T);
+#define TPU_COMPARE(op, FN)                                                                                   \
+  TPU_BINARY_OVERLOAD_OUT(m, op, "Tensor", "Tensor_out", structured_##op##_Tensor, &binary_kernel<FN>, T, T); \
+  TPU_BINARY_OVERLOAD_OUT(m, op, "Scalar", "Scalar_out", structured_##op##_Scalar, &compare_scalar_kernel<FN>, T, S)
+  TPU_COMPARE(eq, TPU_BINARY_EQ);
+  TPU_COMPARE(ne, TPU_BINARY_NE);
+  TPU_COMPARE(lt, TPU_BINARY_LT);
+  TPU_COMPARE(le, TPU_BINARY_LE);
+  TPU_COMPARE(gt, TPU_BINARY_GT);
+  TPU_COMPARE(ge, TPU_BINARY_GE);
+#undef TPU_COMPARE
+  // Backward functions (functional and grad_input= forms).
+#define TPU_BACKWARD(op, MetaName, kernel, ...)                                            \
+  m.impl(#op, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);             \
+  m.impl(#op ".grad_input", structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+  TPU_BACKWARD(sigmoid_backward, structured_sigmoid_backward, &binary_kernel<TPU_BINARY_SIGMOID_BACKWARD>, T, T);
+  TPU_BACKWARD(tanh_backward, structured_tanh_backward, &binary_kernel<TPU_BINARY_TANH_BACKWARD>, T, T);
+  TPU_BACKWARD(silu_backward, structured_silu_backward, &binary_kernel<TPU_BINARY_SILU_BACKWARD>, T, T);
+  TPU_BACKWARD(hardsigmoid_backward, structured_hardsigmoid_backward,
+               &binary_kernel<TPU_BINARY_HARDSIGMOID_BACKWARD>, T, T);
+  TPU_BACKWARD(gelu_backward, structured_gelu_backward, &gelu_backward_kernel, T, T, c10::string_view);
+  TPU_BACKWARD(threshold_backward, structured_threshold_backward, &threshold_backward_kernel, T, T, S);
+  TPU_BACKWARD(leaky_relu_backward, structured_leaky_relu_backward, &leaky_relu_backward_kernel, T, T, S, bool);
+  TPU_BACKWARD(softplus_backward, structured_softplus_backward, &softplus_backward_kernel, T, T, S, S);
+#undef TPU_BACKWARD
+  // Binary, through DispatchStub.
+  m.impl("logical_and.out", at::native::logical_and_out);
+  m.impl("logical_or.out", at::native::logical_or_out);
+  m.impl("logical_xor.out", at::native::logical_xor_out);
+  m.impl("hardswish_backward", at::native::hardswish_backward);
+  m.impl("mish_backward", at::native::mish_backward);
+  m.impl("hardtanh_backward", at::native::hardtanh_backward);
+  m.impl("hardtanh_backward.grad_input", at::native::hardtanh_backward_out);
+}
+
+}  // namespace torch_tpu

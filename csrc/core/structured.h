@@ -1,0 +1,104 @@
+// PyTorch's structured kernels, run on tpu. An op's own meta function
+// (at::meta::structured_<op>) computes the output's shape, dtype and
+// strides, broadcasting, type promotion and every argument check, exactly
+// as it does for CPU and CUDA; for element-wise ops it builds a
+// TensorIterator that also merges dims. Structured<Meta> below supplies
+// the outputs as PyTorch's generated per-backend code does (allocate,
+// check in place, or resize out=), and a kernel function then turns the
+// built metadata into op records. So a registration is a few lines and its
+// semantics match CPU by construction.
+#pragma once
+
+#include <ATen/TensorIterator.h>
+#include <ATen/native/Resize.h>
+
+#include <type_traits>
+
+namespace torch_tpu {
+
+// How a call provides its output.
+enum class OutputKind {
+  Functional,  // allocate it
+  Inplace,     // it is self: sizes and dtype must match
+  Out,         // the caller's out=: checked, resized if needed
+};
+
+template <class Meta>
+struct Structured final : public Meta {
+  Structured(OutputKind kind, const at::Tensor* given) : kind_(kind) {
+    if (given != nullptr) output_ = *given;
+  }
+
+  void set_output_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+                          at::TensorOptions options) override {
+    set_output(i, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    set_output(i, sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t i) override { return output_; }
+
+  at::Tensor output_;
+
+ private:
+  void set_output(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& options) {
+    TORCH_INTERNAL_ASSERT(i == 0, "structured ops with several outputs are not wired on tpu yet");
+    switch (kind_) {
+      case OutputKind::Functional:
+        output_ = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+        break;
+      case OutputKind::Inplace:
+        TORCH_CHECK(options.dtype() == output_.dtype(), "Bad in-place call: input tensor dtype ", output_.dtype(),
+                    " and output tensor dtype ", options.dtype(), " should match");
+        TORCH_CHECK(options.device() == output_.device(), "Bad in-place call: input tensor device ",
+                    output_.device(), " and output tensor device ", options.device(), " should match");
+        TORCH_CHECK(sizes == output_.sizes(), "Bad in-place call: input tensor size ", output_.sizes(),
+                    " and output tensor size ", sizes, " should match");
+        break;
+      case OutputKind::Out: {
+        TORCH_CHECK(options.dtype() == output_.dtype(), "Expected out tensor to have dtype ", options.dtype(),
+                    ", but got ", output_.dtype(), " instead");
+        TORCH_CHECK(options.device() == output_.device(), "Expected out tensor to have device ", options.device(),
+                    ", but got ", output_.device(), " instead");
+        // Restride only a freshly resized out; otherwise its own strides stay.
+        if (at::native::resize_output(output_, sizes) && !strides.empty()) output_.as_strided_(sizes, strides);
+        break;
+      }
+    }
+    // A TensorIterator meta records the output only now (its base class).
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Meta>) Meta::set_output_raw_strided(i, sizes, strides, options);
+  }
+
+  OutputKind kind_;
+};
+
+// The three forms of a structured op whose meta takes `Args` and whose
+// work is Kernel(meta, args...). Instantiate with the op's meta class, the
+// kernel, and the meta's argument types, e.g.
+//   m.impl("exp", structured_functional<at::meta::structured_exp, &k, const at::Tensor&>);
+template <class Meta, auto Kernel, class... Args>
+at::Tensor structured_functional(Args... args) {
+  Structured<Meta> op(OutputKind::Functional, nullptr);
+  op.meta(args...);
+  Kernel(op, args...);
+  return std::move(op.output_);
+}
+
+template <class Meta, auto Kernel, class... Rest>
+at::Tensor& structured_inplace(at::Tensor& self, Rest... rest) {
+  Structured<Meta> op(OutputKind::Inplace, &self);
+  op.meta(self, rest...);
+  Kernel(op, self, rest...);
+  return self;
+}
+
+template <class Meta, auto Kernel, class... Args>
+at::Tensor& structured_out(Args... args, at::Tensor& out) {
+  Structured<Meta> op(OutputKind::Out, &out);
+  op.meta(args...);
+  Kernel(op, args...);
+  return out;
+}
+
+}  // namespace torch_tpu

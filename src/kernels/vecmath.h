@@ -1,0 +1,57 @@
+/* Vector math for float32 (vecmath.c): exp, expm1, log, log1p, log2,
+ * tanh, sigmoid, erf, sin and cos over arrays, for the element-wise
+ * kernels. Internal to src/kernels.
+ *
+ * Every function has a portable C variant, an AVX2+FMA variant (8 lanes)
+ * and an AVX-512 variant (16 lanes), picked by tpu_kernels_get_isa(). All
+ * variants run the same sequence of IEEE-754 operations (the portable one
+ * calls fmaf() where the vector ones use a fused multiply-add), so results
+ * are bit-identical across ISA levels, array lengths and alignments.
+ *
+ * Special values follow C's libm: NaN in gives NaN out, infinities and
+ * signed zeros map as libm maps them (expm1, log1p, tanh, erf and sin
+ * keep the sign of a zero), results overflow to infinity and underflow
+ * through the subnormals to zero. */
+#ifndef TPU_KERNELS_VECMATH_H
+#define TPU_KERNELS_VECMATH_H
+
+#include <stdint.h>
+
+typedef enum {
+    TPU_VM_EXP,     /* e^x */
+    TPU_VM_EXPM1,   /* e^x - 1 */
+    TPU_VM_LOG,     /* natural logarithm */
+    TPU_VM_LOG1P,   /* log(1 + x) */
+    TPU_VM_LOG2,    /* base-2 logarithm */
+    TPU_VM_TANH,    /* hyperbolic tangent */
+    TPU_VM_SIGMOID, /* 1 / (1 + e^-x) */
+    TPU_VM_ERF,     /* error function */
+    TPU_VM_SIN,     /* sine (radians) */
+    TPU_VM_COS,     /* cosine (radians) */
+    TPU_VM_COUNT
+} tpu_vm_fn;
+
+/* Computes out[i] = fn(in[i]) for 0 <= i < n.
+ *   fn   the function; an invalid value leaves out untouched
+ *   out  n floats; may equal in (in place), must not otherwise overlap it
+ *   in   n floats; any alignment (so may out be)
+ *   n    element count; n <= 0 does nothing (out and in may then be NULL)
+ * Uses the best ISA level that tpu_kernels_get_isa() allows. Results do
+ * not depend on the level, on n or on the alignment. */
+void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n);
+
+/* fn(x) for one value, bit-identical to what tpu_vm_f32 gives for x.
+ * Returns NaN for an invalid fn. */
+float tpu_vm_scalar_f32(tpu_vm_fn fn, float x);
+
+/* The function's name ("exp", "expm1", ...), or "invalid". */
+const char *tpu_vm_name(tpu_vm_fn fn);
+
+/* The stated largest error of fn over all finite float inputs, in units
+ * in the last place of the float nearest the exact result: the bound
+ * tests/c/test_kernels_vecmath.c checks on its sweep of float bit
+ * patterns (all 2^32 with TPU_VM_EXHAUSTIVE=1). Returns -1 for an
+ * invalid fn. */
+double tpu_vm_max_ulp(tpu_vm_fn fn);
+
+#endif
