@@ -315,9 +315,13 @@ def test_reduction_out_aliasing_its_input(mode, native_only):
 
 
 def test_cpu_scalars_written_into_a_tpu_out(native_only):
+    # One host scalar operand is fine; two are refused by PyTorch's own
+    # TensorIterator, as for CUDA (the device's ops run on it).
     out = torch.empty((), device="tpu")
-    torch.add(torch.tensor(1.0), torch.tensor(2), out=out)
+    torch.add(torch.ones((), device="tpu"), torch.tensor(2), out=out)
     assert out.item() == 3.0
+    with pytest.raises(RuntimeError, match="too many CPU scalars"):
+        torch.add(torch.tensor(1.0), torch.tensor(2), out=out)
     with pytest.raises(RuntimeError, match="same device"):
         torch.add(torch.ones(2), torch.tensor(2.0), out=torch.empty(2, device="tpu"))
 

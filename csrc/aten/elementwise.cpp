@@ -291,6 +291,42 @@ void softplus_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, c
   submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_SOFTPLUS_BACKWARD, p);
 }
 
+// add and sub: a + alpha * b and a - alpha * b, alpha in the common dtype
+// (the meta has checked that it fits).
+template <tpu_binary_fn Fn>
+void add_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&, const c10::Scalar& alpha) {
+  EwParams p;
+  // PyTorch converts alpha to the common dtype with an overflow check
+  // (int8 alpha=1000 raises); the record keeps the unrounded value.
+  (void)to_tpu_scalar(alpha, iter.common_dtype(), /*checked=*/true);
+  p.alpha = to_tpu_scalar(alpha, iter.common_dtype(), /*checked=*/false);
+  submit_iterator(iter, TPU_OP_BINARY, Fn, p);
+}
+
+// mul and div: PyTorch's CPU kernels read a one-element second operand of
+// f16/bf16 unrounded, in the compute type.
+void mul_div(at::TensorIteratorBase& iter, tpu_binary_fn fn, tpu_rounding rounding) {
+  EwParams p;
+  p.rounding = rounding;
+  p.b_opmath = at::isReducedFloatingType(iter.common_dtype()) && iter.is_scalar(2);
+  submit_iterator(iter, TPU_OP_BINARY, fn, p);
+}
+
+void mul_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&) {
+  mul_div(iter, TPU_BINARY_MUL, TPU_ROUND_NONE);
+}
+
+void div_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&) {
+  mul_div(iter, TPU_BINARY_DIV, TPU_ROUND_NONE);
+}
+
+void div_mode_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                     std::optional<c10::string_view> mode) {
+  // The meta has refused any other mode.
+  const tpu_rounding r = !mode.has_value() ? TPU_ROUND_NONE : *mode == "trunc" ? TPU_ROUND_TRUNC : TPU_ROUND_FLOOR;
+  mul_div(iter, TPU_BINARY_DIV, r);
+}
+
 void pow_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& exponent) {
   // The CPU kernel raises to the exponent in the compute type.
   EwParams p;
@@ -360,17 +396,17 @@ using T = const at::Tensor&;
 using S = const c10::Scalar&;
 
 // The functional, in-place and out= forms of a structured op.
-#define TPU_STRUCTURED(m, op, MetaName, kernel, ...)                                         \
-  m.impl(op, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);                \
-  m.impl(op "_", structured_inplace_from<at::meta::MetaName, kernel, __VA_ARGS__>::call);    \
-  m.impl(op ".out", structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+#define TPU_STRUCTURED(m, op, MetaName, kernel, ...)                                                 \
+  m.impl(op, structured_functional<at::meta::MetaName, kernel, "aten::" op, __VA_ARGS__>);             \
+  m.impl(op "_", structured_inplace_from<at::meta::MetaName, kernel, "aten::" op, __VA_ARGS__>::call); \
+  m.impl(op ".out", structured_out<at::meta::MetaName, kernel, "aten::" op, __VA_ARGS__>)
 
 // In-place form: meta(self, rest...) with self as output. Splits the
 // argument list into self and the rest.
-template <class Meta, auto Kernel, class Self, class... Rest>
+template <class Meta, auto Kernel, OpName Name, class Self, class... Rest>
 struct structured_inplace_from {
   static at::Tensor& call(at::Tensor& self, Rest... rest) {
-    return structured_inplace<Meta, Kernel, Rest...>(self, rest...);
+    return structured_inplace<Meta, Kernel, Name, Rest...>(self, rest...);
   }
 };
 
@@ -378,16 +414,16 @@ struct structured_inplace_from {
 
 // Binary structured ops with an overload name (add.Tensor, ...): the
 // functional is op.Tensor, in place op_.Tensor, out op.out.
-#define TPU_BINARY_OVERLOAD(m, op, overload, MetaName, kernel, ...)                                 \
-  m.impl(#op "." overload, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);         \
-  m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, __VA_ARGS__>::call); \
-  m.impl(#op ".out", structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+#define TPU_BINARY_OVERLOAD(m, op, overload, MetaName, kernel, ...)                                             \
+  m.impl(#op "." overload, structured_functional<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>);         \
+  m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>::call); \
+  m.impl(#op ".out", structured_out<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>)
 
 // Same, when the out form has its own overload name.
-#define TPU_BINARY_OVERLOAD_OUT(m, op, overload, out_overload, MetaName, kernel, ...)               \
-  m.impl(#op "." overload, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);         \
-  m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, __VA_ARGS__>::call); \
-  m.impl(#op "." out_overload, structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+#define TPU_BINARY_OVERLOAD_OUT(m, op, overload, out_overload, MetaName, kernel, ...)                           \
+  m.impl(#op "." overload, structured_functional<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>);         \
+  m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>::call); \
+  m.impl(#op "." out_overload, structured_out<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>)
 
 // clamp's Scalar? bounds arrive as optionals; its meta takes references.
 at::OptionalScalarRef ref(const std::optional<c10::Scalar>& s) {
@@ -395,14 +431,14 @@ at::OptionalScalarRef ref(const std::optional<c10::Scalar>& s) {
 }
 
 at::Tensor clamp(T self, const std::optional<c10::Scalar>& min, const std::optional<c10::Scalar>& max) {
-  Structured<at::meta::structured_clamp> op(OutputKind::Functional, nullptr);
+  Structured<at::meta::structured_clamp> op(OutputKind::Functional, nullptr, "aten::clamp");
   op.meta(self, ref(min), ref(max));
   clamp_with(op, ref(min), ref(max));
   return std::move(op.output_);
 }
 
 at::Tensor& clamp_(at::Tensor& self, const std::optional<c10::Scalar>& min, const std::optional<c10::Scalar>& max) {
-  Structured<at::meta::structured_clamp> op(OutputKind::Inplace, &self);
+  Structured<at::meta::structured_clamp> op(OutputKind::Inplace, &self, "aten::clamp");
   op.meta(self, ref(min), ref(max));
   clamp_with(op, ref(min), ref(max));
   return self;
@@ -410,7 +446,7 @@ at::Tensor& clamp_(at::Tensor& self, const std::optional<c10::Scalar>& min, cons
 
 at::Tensor& clamp_out(T self, const std::optional<c10::Scalar>& min, const std::optional<c10::Scalar>& max,
                       at::Tensor& out) {
-  Structured<at::meta::structured_clamp> op(OutputKind::Out, &out);
+  Structured<at::meta::structured_clamp> op(OutputKind::Out, &out, "aten::clamp");
   op.meta(self, ref(min), ref(max));
   clamp_with(op, ref(min), ref(max));
   return out;
@@ -472,12 +508,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, silu, TPU_UNARY_SILU);
   TPU_UNARY(m, mish, TPU_UNARY_MISH);
   TPU_UNARY(m, hardsigmoid, TPU_UNARY_HARDSIGMOID);
-  m.impl("isposinf", structured_functional<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, T>);
-  m.impl("isposinf.out", structured_out<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, T>);
-  m.impl("isneginf", structured_functional<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, T>);
-  m.impl("isneginf.out", structured_out<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, T>);
-  m.impl("softplus", structured_functional<at::meta::structured_softplus, &softplus_kernel, T, S, S>);
-  m.impl("softplus.out", structured_out<at::meta::structured_softplus, &softplus_kernel, T, S, S>);
+  m.impl("isposinf", structured_functional<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, "aten::isposinf", T>);
+  m.impl("isposinf.out", structured_out<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, "aten::isposinf", T>);
+  m.impl("isneginf", structured_functional<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, "aten::isneginf", T>);
+  m.impl("isneginf.out", structured_out<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, "aten::isneginf", T>);
+  m.impl("softplus", structured_functional<at::meta::structured_softplus, &softplus_kernel, "aten::softplus", T, S, S>);
+  m.impl("softplus.out", structured_out<at::meta::structured_softplus, &softplus_kernel, "aten::softplus", T, S, S>);
   TPU_STRUCTURED(m, "leaky_relu", structured_leaky_relu, &leaky_relu_kernel, T, S);
   TPU_STRUCTURED(m, "elu", structured_elu, &elu_kernel, T, S, S, S);
   TPU_STRUCTURED(m, "gelu", structured_gelu, &gelu_kernel, T, c10::string_view);
@@ -500,19 +536,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("hardswish.out", at::native::hardswish_out);
 
   // Binary, structured.
-  m.impl("maximum", structured_functional<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, T, T>);
-  m.impl("maximum.out", structured_out<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, T, T>);
-  m.impl("minimum", structured_functional<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, T, T>);
-  m.impl("minimum.out", structured_out<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, T, T>);
-  m.impl("fmax", structured_functional<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, T, T>);
-  m.impl("fmax.out", structured_out<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, T, T>);
-  m.impl("fmin", structured_functional<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, T, T>);
-  m.impl("fmin.out", structured_out<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, T, T>);
+  TPU_BINARY_OVERLOAD(m, add, "Tensor", structured_add_Tensor, &add_kernel<TPU_BINARY_ADD>, T, T, S);
+  TPU_BINARY_OVERLOAD(m, sub, "Tensor", structured_sub_Tensor, &add_kernel<TPU_BINARY_SUB>, T, T, S);
+  TPU_BINARY_OVERLOAD(m, mul, "Tensor", structured_mul_Tensor, &mul_kernel, T, T);
+  TPU_BINARY_OVERLOAD(m, div, "Tensor", structured_div_Tensor, &div_kernel, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, div, "Tensor_mode", "out_mode", structured_div_Tensor_mode, &div_mode_kernel, T, T,
+                          std::optional<c10::string_view>);
+  m.impl("maximum", structured_functional<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, "aten::maximum", T, T>);
+  m.impl("maximum.out", structured_out<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, "aten::maximum", T, T>);
+  m.impl("minimum", structured_functional<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, "aten::minimum", T, T>);
+  m.impl("minimum.out", structured_out<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, "aten::minimum", T, T>);
+  m.impl("fmax", structured_functional<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, "aten::fmax", T, T>);
+  m.impl("fmax.out", structured_out<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, "aten::fmax", T, T>);
+  m.impl("fmin", structured_functional<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, "aten::fmin", T, T>);
+  m.impl("fmin.out", structured_out<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, "aten::fmin", T, T>);
   TPU_STRUCTURED(m, "atan2", structured_atan2, &binary_kernel<TPU_BINARY_ATAN2>, T, T);
   TPU_BINARY_OVERLOAD(m, pow, "Tensor_Tensor", structured_pow_Tensor_Tensor, &binary_kernel<TPU_BINARY_POW>, T, T);
-  m.impl("pow.Tensor_Scalar", structured_functional<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, T, S>);
-  m.impl("pow_.Scalar", structured_inplace<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, S>);
-  m.impl("pow.Tensor_Scalar_out", structured_out<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, T, S>);
+  m.impl("pow.Tensor_Scalar", structured_functional<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, "aten::pow", T, S>);
+  m.impl("pow_.Scalar", structured_inplace<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, "aten::pow", S>);
+  m.impl("pow.Tensor_Scalar_out", structured_out<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, "aten::pow", T, S>);
   TPU_BINARY_OVERLOAD(m, remainder, "Tensor", structured_remainder_Tensor, &binary_kernel<TPU_BINARY_REMAINDER>, T, T);
   TPU_BINARY_OVERLOAD(m, fmod, "Tensor", structured_fmod_Tensor, &binary_kernel<TPU_BINARY_FMOD>, T, T);
   TPU_BINARY_OVERLOAD(m, copysign, "Tensor", structured_copysign_Tensor, &binary_kernel<TPU_BINARY_COPYSIGN>, T, T);
@@ -538,9 +580,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_COMPARE(ge, TPU_BINARY_GE);
 #undef TPU_COMPARE
   // Backward functions (functional and grad_input= forms).
-#define TPU_BACKWARD(op, MetaName, kernel, ...)                                            \
-  m.impl(#op, structured_functional<at::meta::MetaName, kernel, __VA_ARGS__>);             \
-  m.impl(#op ".grad_input", structured_out<at::meta::MetaName, kernel, __VA_ARGS__>)
+#define TPU_BACKWARD(op, MetaName, kernel, ...)                                                  \
+  m.impl(#op, structured_functional<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>); \
+  m.impl(#op ".grad_input", structured_out<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>)
   TPU_BACKWARD(sigmoid_backward, structured_sigmoid_backward, &binary_kernel<TPU_BINARY_SIGMOID_BACKWARD>, T, T);
   TPU_BACKWARD(tanh_backward, structured_tanh_backward, &binary_kernel<TPU_BINARY_TANH_BACKWARD>, T, T);
   TPU_BACKWARD(silu_backward, structured_silu_backward, &binary_kernel<TPU_BINARY_SILU_BACKWARD>, T, T);

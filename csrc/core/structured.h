@@ -12,9 +12,20 @@
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Resize.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <type_traits>
 
+#include "core/glue.h"
+
 namespace torch_tpu {
+
+// An op's name as a template argument ("aten::exp"), for messages.
+template <std::size_t N>
+struct OpName {
+  constexpr OpName(const char (&s)[N]) { std::copy_n(s, N, str); }
+  char str[N];
+};
 
 // How a call provides its output.
 enum class OutputKind {
@@ -25,7 +36,7 @@ enum class OutputKind {
 
 template <class Meta>
 struct Structured final : public Meta {
-  Structured(OutputKind kind, const at::Tensor* given) : kind_(kind) {
+  Structured(OutputKind kind, const at::Tensor* given, const char* name) : kind_(kind), name_(name) {
     if (given != nullptr) output_ = *given;
   }
 
@@ -46,6 +57,10 @@ struct Structured final : public Meta {
     TORCH_INTERNAL_ASSERT(i == 0, "structured ops with several outputs are not wired on tpu yet");
     switch (kind_) {
       case OutputKind::Functional:
+        // A dtype the device lacks (a uint16 view) is the op's
+        // NotImplementedError, as the CPU's missing kernels are.
+        TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(options.dtype().toScalarType(), &unused_),
+                                    name_, ": tpu does not support dtype ", options.dtype());
         output_ = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
         break;
       case OutputKind::Inplace:
@@ -71,31 +86,33 @@ struct Structured final : public Meta {
   }
 
   OutputKind kind_;
+  const char* name_;
+  tpu_dtype unused_;
 };
 
 // The three forms of a structured op whose meta takes `Args` and whose
 // work is Kernel(meta, args...). Instantiate with the op's meta class, the
-// kernel, and the meta's argument types, e.g.
-//   m.impl("exp", structured_functional<at::meta::structured_exp, &k, const at::Tensor&>);
-template <class Meta, auto Kernel, class... Args>
+// kernel, its name and the meta's argument types, e.g.
+//   m.impl("exp", structured_functional<at::meta::structured_exp, &k, "aten::exp", const at::Tensor&>);
+template <class Meta, auto Kernel, OpName Name, class... Args>
 at::Tensor structured_functional(Args... args) {
-  Structured<Meta> op(OutputKind::Functional, nullptr);
+  Structured<Meta> op(OutputKind::Functional, nullptr, Name.str);
   op.meta(args...);
   Kernel(op, args...);
   return std::move(op.output_);
 }
 
-template <class Meta, auto Kernel, class... Rest>
+template <class Meta, auto Kernel, OpName Name, class... Rest>
 at::Tensor& structured_inplace(at::Tensor& self, Rest... rest) {
-  Structured<Meta> op(OutputKind::Inplace, &self);
+  Structured<Meta> op(OutputKind::Inplace, &self, Name.str);
   op.meta(self, rest...);
   Kernel(op, self, rest...);
   return self;
 }
 
-template <class Meta, auto Kernel, class... Args>
+template <class Meta, auto Kernel, OpName Name, class... Args>
 at::Tensor& structured_out(Args... args, at::Tensor& out) {
-  Structured<Meta> op(OutputKind::Out, &out);
+  Structured<Meta> op(OutputKind::Out, &out, Name.str);
   op.meta(args...);
   Kernel(op, args...);
   return out;
