@@ -327,8 +327,17 @@ void div_mode_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::
   mul_div(iter, TPU_BINARY_DIV, r);
 }
 
-void pow_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& exponent) {
-  // The CPU kernel raises to the exponent in the compute type.
+void pow_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor& self, const c10::Scalar& exponent) {
+  // As PyTorch's pow_out: x ** 0 is a fill and x ** 1 a copy (for any
+  // dtype, bool included); other exponents raise in the compute type.
+  if (exponent.equal(0.0) || exponent.equal(false)) {
+    iter.output(0).fill_(1);
+    return;
+  }
+  if (exponent.equal(1.0) || exponent.equal(true)) {
+    iter.output(0).copy_(self);
+    return;
+  }
   EwParams p;
   p.other = to_tpu_scalar(exponent, at::toOpMathType(iter.common_dtype()), /*checked=*/false);
   p.b_opmath = true;
@@ -464,8 +473,15 @@ at::Tensor bool_unary(T self, tpu_unary_fn fn) {
 at::Tensor isnan(T self) { return bool_unary(self, TPU_UNARY_ISNAN); }
 at::Tensor isinf(T self) { return bool_unary(self, TPU_UNARY_ISINF); }
 
-at::Tensor relu(T self) { return at::clamp_min(self, 0); }
-at::Tensor& relu_(at::Tensor& self) { return at::clamp_min_(self, 0); }
+// relu is clamp_min(self, 0), as in PyTorch, which refuses bool first.
+at::Tensor relu(T self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  return at::clamp_min(self, 0);
+}
+at::Tensor& relu_(at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  return at::clamp_min_(self, 0);
+}
 
 }  // namespace
 

@@ -98,6 +98,7 @@ typedef struct {
     tpu_dtype common;
     tpu_dtype step_dt; /* rounded division of f16/bf16: the dtype of its steps */
     tpu_scalar alpha, a0, a1;
+    bool scalar_b; /* b is the record's scalar operand (n_in == 1) */
 } bin_ctx;
 
 /* The dtype whose precision the steps of a rounded division take: the
@@ -112,13 +113,25 @@ static tpu_dtype div_step_dtype(const tpu_op *op) {
 
 static bin_ctx bin_ctx_of(const tpu_op *op) {
     bin_ctx c = {(tpu_binary_fn)op->fn, op->p.ew.rounding, op->p.ew.common, div_step_dtype(op),
-                 op->p.ew.alpha, op->p.ew.args[0], op->p.ew.args[1]};
+                 op->p.ew.alpha, op->p.ew.args[0], op->p.ew.args[1], op->n_in == 1};
     return c;
 }
 
 /* NaN if either is NaN, else the larger (smaller). */
 #define NAN_MAX(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) > (b) ? (a) : (b))
 #define NAN_MIN(a, b) ((a) != (a) || (b) != (b) ? (a) + (b) : (a) < (b) ? (a) : (b))
+
+/* pow with a scalar exponent that PyTorch's pow(tensor, scalar) computes
+ * by plain arithmetic instead of pow() (which differs at -inf ** 0.5).
+ * Returns false for other exponents. */
+#define POW_SPECIAL(T, SQRT, a, b, out)                                                            \
+    ((b) == (T)2    ? (*(out) = (a) * (a), true)                                                   \
+     : (b) == (T)3  ? (*(out) = (a) * (a) * (a), true)                                             \
+     : (b) == (T)0.5 ? (*(out) = SQRT(a), true)                                                    \
+     : (b) == (T)-0.5 ? (*(out) = (T)1 / SQRT(a), true)                                            \
+     : (b) == (T)-1 ? (*(out) = (T)1 / (a), true)                                                  \
+     : (b) == (T)-2 ? (*(out) = (T)1 / ((a) * (a)), true)                                          \
+                    : false)
 
 /* Float functions shared by f32 and f64 computes, in double (exact for
  * f32 inputs; the caller rounds once). */
@@ -174,7 +187,12 @@ static inline float bin_f32(const bin_ctx *c, float a, float b) {
     case TPU_BINARY_MINIMUM: return NAN_MIN(a, b);
     case TPU_BINARY_FMAX: return fmaxf(a, b);
     case TPU_BINARY_FMIN: return fminf(a, b);
-    case TPU_BINARY_POW:
+    case TPU_BINARY_POW: {
+        float r;
+        if (c->scalar_b && POW_SPECIAL(float, sqrtf, a, b, &r))
+            return r;
+        return (float)bin_transcendental(c->fn, a, b);
+    }
     case TPU_BINARY_ATAN2: return (float)bin_transcendental(c->fn, a, b);
     case TPU_BINARY_REMAINDER: {
         float m = fmodf(a, b);
@@ -214,7 +232,12 @@ static inline double bin_f64(const bin_ctx *c, double a, double b) {
     case TPU_BINARY_MINIMUM: return NAN_MIN(a, b);
     case TPU_BINARY_FMAX: return fmax(a, b);
     case TPU_BINARY_FMIN: return fmin(a, b);
-    case TPU_BINARY_POW:
+    case TPU_BINARY_POW: {
+        double r;
+        if (c->scalar_b && POW_SPECIAL(double, sqrt, a, b, &r))
+            return r;
+        return bin_transcendental(c->fn, a, b);
+    }
     case TPU_BINARY_ATAN2: return bin_transcendental(c->fn, a, b);
     case TPU_BINARY_REMAINDER: {
         double m = fmod(a, b);

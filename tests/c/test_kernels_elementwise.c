@@ -786,7 +786,22 @@ static void ex_binary_f(int fn, double x, double y, const tpu_op *op, tpu_dtype 
     case TPU_BINARY_MINIMUM: v = isnan(x) || isnan(y) ? NAN : x < y ? x : y; break;
     case TPU_BINARY_FMAX: v = isnan(x) ? y : isnan(y) ? x : x > y ? x : y; break;
     case TPU_BINARY_FMIN: v = isnan(x) ? y : isnan(y) ? x : x < y ? x : y; break;
-    case TPU_BINARY_POW: v = pow(x, y); break;
+    case TPU_BINARY_POW:
+        /* A scalar exponent of 3, -2 (two roundings in the compute type)
+         * or -0.5 (sqrt, then a division) is PyTorch's arithmetic form;
+         * 2, 0.5 and -1 are one rounding, as pow() is. */
+        if (op->n_in == 1 && (y == 3 || y == -2 || y == -0.5)) {
+            if (cm == F64) {
+                v = y == 3 ? (x * x) * x : y == -2 ? 1 / (x * x) : 1 / sqrt(x);
+            } else {
+                float xf = (float)x;
+                v = y == 3 ? (float)(xf * xf) * xf : y == -2 ? 1.0f / (xf * xf) : 1.0f / sqrtf(xf);
+            }
+            r->fixed = true;
+        } else {
+            v = pow(x, y);
+        }
+        break;
     case TPU_BINARY_REMAINDER: {
         double m = fmod(x, y);
         if (m != 0 && (m < 0) != (y < 0))

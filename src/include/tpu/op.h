@@ -153,7 +153,7 @@ typedef enum {
     TPU_BINARY_MINIMUM,
     TPU_BINARY_FMAX,       /* the non-NaN one if one is NaN; any */
     TPU_BINARY_FMIN,
-    TPU_BINARY_POW,        /* a ** b; integers by squaring, wrapping, b < 0 gives 0 (1 and -1 as powers); not bool */
+    TPU_BINARY_POW,        /* a ** b; a scalar b of 2, 3, +-0.5, -1, -2 by arithmetic (a*a, sqrt, ...) as PyTorch's pow(tensor, scalar); integers by squaring, wrapping, b < 0 gives 0 (1 and -1 as powers); not bool */
     TPU_BINARY_REMAINDER,  /* Python's %: sign of b; integer %0 is TPU_ERR_DIV_BY_ZERO; not bool */
     TPU_BINARY_FMOD,       /* C's fmod: sign of a; likewise */
     TPU_BINARY_ATAN2,      /* float */
