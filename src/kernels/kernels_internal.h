@@ -87,9 +87,13 @@ tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_fill_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth);
 
-/* UNARY (unary.c). */
+/* UNARY (unary.c). The fast kernel computes the functions for which
+ * tpu_k_unary_uses_vecmath is true with vecmath.h on CPUs with AVX2:
+ * there its results are within tpu_vm_max_ulp of the reference's (f32),
+ * not bit-identical; every other function gives the reference's bytes. */
 tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth);
+bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn);
 
 /* BINARY (binary.c). */
 tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth);

@@ -8,6 +8,8 @@
  * so the reference is within half an ulp of the exact result (PyTorch's
  * own vectorised forms are within about one). erfinv, which C's libm
  * lacks, is Giles' approximation refined by two Newton steps on erf.
+ * The fast path computes exp, log, tanh, erf, sin/cos and the activations
+ * built on them with vecmath.h, within its stated ulps of the reference.
  *
  * Work split: contiguous ranges of out's row-major element index; every
  * element is independent, so any split gives the same bytes. */
@@ -15,6 +17,7 @@
 
 #include "ew.h"
 #include "kernels_internal.h"
+#include "vecmath.h"
 
 /* ------------------------------------------------------ scalar bodies */
 
@@ -272,10 +275,78 @@ tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth) {
 
 /* --------------------------------------------------------- fast path */
 
-/* n contiguous f32 values through fn (in and out may be the same). */
+/* The vector-math function computing fn, or TPU_VM_COUNT for none. */
+static tpu_vm_fn vm_of(tpu_unary_fn fn) {
+    switch (fn) {
+    case TPU_UNARY_EXP: return TPU_VM_EXP;
+    case TPU_UNARY_EXPM1: return TPU_VM_EXPM1;
+    case TPU_UNARY_LOG: return TPU_VM_LOG;
+    case TPU_UNARY_LOG1P: return TPU_VM_LOG1P;
+    case TPU_UNARY_LOG2: return TPU_VM_LOG2;
+    case TPU_UNARY_TANH: return TPU_VM_TANH;
+    case TPU_UNARY_SIGMOID: return TPU_VM_SIGMOID;
+    case TPU_UNARY_ERF: return TPU_VM_ERF;
+    case TPU_UNARY_SIN: return TPU_VM_SIN;
+    case TPU_UNARY_COS: return TPU_VM_COS;
+    default: return TPU_VM_COUNT;
+    }
+}
+
+/* n <= TPU_K_EW_CHUNK contiguous f32 values through fn (o may equal x).
+ * Where the CPU has vector units, the transcendental functions and the
+ * activations built on them run on vecmath.h (within its stated ulps of
+ * the reference, which computes in f64); the rest, and everything on a
+ * portable-only CPU (where the vector forms' exact-fma emulation is
+ * slower than libm), run the reference's scalar body. */
 static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x, int64_t n) {
+    float t[TPU_K_EW_CHUNK];
+    if (tpu_kernels_get_isa() >= TPU_ISA_AVX2) {
+        tpu_vm_fn vm = vm_of(fn);
+        if (vm != TPU_VM_COUNT) {
+            tpu_vm_f32(vm, o, x, n);
+            return;
+        }
+        switch (fn) {
+        case TPU_UNARY_GELU: /* x * 0.5 * (1 + erf(x / sqrt 2)) */
+            for (int64_t i = 0; i < n; i++)
+                t[i] = x[i] * (float)TPU_K_SQRT1_2;
+            tpu_vm_f32(TPU_VM_ERF, t, t, n);
+            for (int64_t i = 0; i < n; i++)
+                o[i] = x[i] * 0.5f * (1.0f + t[i]);
+            return;
+        case TPU_UNARY_GELU_TANH: { /* 0.5 x (1 + tanh(beta (x + kappa x^3))) */
+            const float beta = (float)(TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5), kappa = 0.044715f;
+            for (int64_t i = 0; i < n; i++)
+                t[i] = beta * (x[i] + kappa * x[i] * x[i] * x[i]);
+            tpu_vm_f32(TPU_VM_TANH, t, t, n);
+            for (int64_t i = 0; i < n; i++)
+                o[i] = 0.5f * x[i] * (1.0f + t[i]);
+            return;
+        }
+        case TPU_UNARY_SILU: /* x * sigmoid(x) */
+            tpu_vm_f32(TPU_VM_SIGMOID, t, x, n);
+            for (int64_t i = 0; i < n; i++)
+                o[i] = x[i] * t[i];
+            return;
+        case TPU_UNARY_MISH: /* x * tanh(log1p(exp(x))) */
+            tpu_vm_f32(TPU_VM_EXP, t, x, n);
+            tpu_vm_f32(TPU_VM_LOG1P, t, t, n);
+            tpu_vm_f32(TPU_VM_TANH, t, t, n);
+            for (int64_t i = 0; i < n; i++)
+                o[i] = x[i] * t[i];
+            return;
+        default: break;
+        }
+    }
     for (int64_t i = 0; i < n; i++)
         o[i] = un_f32(fn, x[i], args);
+}
+
+/* True if the fast path computes fn with vecmath.h (so its bytes may
+ * differ from the reference's within the stated ulps). */
+bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn) {
+    return vm_of(fn) != TPU_VM_COUNT || fn == TPU_UNARY_GELU || fn == TPU_UNARY_GELU_TANH ||
+           fn == TPU_UNARY_SILU || fn == TPU_UNARY_MISH;
 }
 
 /* Fast path: a float-result function on f32/f16/bf16 (aligned), out in
