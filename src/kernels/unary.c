@@ -292,6 +292,43 @@ static tpu_vm_fn vm_of(tpu_unary_fn fn) {
     }
 }
 
+/* The arithmetic functions as loops the compiler vectorises: the
+ * function chosen once per run, each body branch-free and written to give
+ * exactly un_f32's bytes (NaN and signed zeros included). Returns false
+ * for a function without such a loop. */
+#define SIMPLE_LOOP(expr)                                                                          \
+    do {                                                                                           \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const float v = x[i];                                                                  \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+        return true;                                                                               \
+    } while (0)
+
+static bool f32_simple_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x,
+                           int64_t n) {
+    const float a0 = (float)args[0].f, a1 = (float)args[1].f;
+    switch (fn) {
+    case TPU_UNARY_NEG: SIMPLE_LOOP(-v);
+    case TPU_UNARY_ABS: SIMPLE_LOOP(fabsf(v));
+    case TPU_UNARY_RECIPROCAL: SIMPLE_LOOP(1.0f / v);
+    case TPU_UNARY_SQRT: SIMPLE_LOOP(sqrtf(v));
+    case TPU_UNARY_RELU: SIMPLE_LOOP((v > 0.0f || v != v) ? v : 0.0f);
+    case TPU_UNARY_LEAKY_RELU: SIMPLE_LOOP(v > 0.0f ? v : v * a0);
+    case TPU_UNARY_HARDSIGMOID: SIMPLE_LOOP(fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
+    case TPU_UNARY_HARDSWISH: SIMPLE_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
+    case TPU_UNARY_CLAMP: {
+        /* NaN bounds take the scalar body (a NaN lower bound wins there). */
+        int64_t which = args[2].i;
+        if (((which & 1) && a0 != a0) || ((which & 2) && a1 != a1))
+            return false;
+        const float lo = (which & 1) ? a0 : -INFINITY, hi = (which & 2) ? a1 : INFINITY;
+        SIMPLE_LOOP(v != v ? v : (v >= lo ? v : lo) <= hi ? (v >= lo ? v : lo) : hi);
+    }
+    default: return false;
+    }
+}
+
 /* n <= TPU_K_EW_CHUNK contiguous f32 values through fn (o may equal x).
  * Where the CPU has vector units, the transcendental functions and the
  * activations built on them run on vecmath.h (within its stated ulps of
@@ -338,6 +375,8 @@ static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const flo
         default: break;
         }
     }
+    if (f32_simple_run(fn, args, o, x, n))
+        return;
     for (int64_t i = 0; i < n; i++)
         o[i] = un_f32(fn, x[i], args);
 }
