@@ -1,4 +1,4 @@
-// Element-wise ops as TPU_OP_UNARY / TPU_OP_BINARY records, on PyTorch's
+// Element-wise ops as TPU_OP_UNARY / _BINARY / _TERNARY records, on PyTorch's
 // own structured meta functions (csrc/core/structured.h): the meta builds
 // a TensorIterator exactly as for CPU (broadcasting, type promotion, the
 // result's layout, merged dims, argument checks), and submit_iterator
@@ -9,6 +9,7 @@
 //
 // A new element-wise op: a function row in src/kernels/op_table.c, its
 // scalar body in src/kernels, and one line below.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/OpMathType.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/Activation.h>
@@ -30,6 +31,8 @@
 #include <ATen/ops/clamp_native.h>
 #include <ATen/ops/exp_meta.h>
 #include <ATen/ops/mish_backward_native.h>
+#include <ATen/ops/where_native.h>
+#include <ATen/native/TensorCompare.h>
 #include <torch/library.h>
 
 #include <array>
@@ -56,8 +59,11 @@ const char* aten_name(int32_t fn) {
 }
 
 const char* op_label(tpu_op_code code, int32_t fn) {
-  return code == TPU_OP_UNARY ? aten_name<TPU_OP_UNARY, TPU_UNARY_COUNT>(fn)
-                              : aten_name<TPU_OP_BINARY, TPU_BINARY_COUNT>(fn);
+  switch (code) {
+    case TPU_OP_UNARY: return aten_name<TPU_OP_UNARY, TPU_UNARY_COUNT>(fn);
+    case TPU_OP_BINARY: return aten_name<TPU_OP_BINARY, TPU_BINARY_COUNT>(fn);
+    default: return aten_name<TPU_OP_TERNARY, TPU_TERNARY_COUNT>(fn);
+  }
 }
 
 // The parameters of a record beyond its operands.
@@ -69,6 +75,8 @@ struct EwParams {
   // scalar exponent), already in the form the kernel reads.
   std::optional<tpu_scalar> other;
   bool b_opmath = false;  // see tpu_op.p.ew
+  // The common dtype, where the iterator has none of its own (where).
+  std::optional<at::ScalarType> common;
 };
 
 // Operand `arg` of the iterator as a C view, dims in row-major order (the
@@ -90,38 +98,41 @@ tpu_tensor describe_operand(const at::TensorIteratorBase& iter, int arg, char* d
   return t;
 }
 
+// The record's tensor slot k: out, then the inputs.
+tpu_tensor* slot(tpu_op& op, int k) { return k == 0 ? &op.out : &op.in[k - 1]; }
+
 // Submits one record per slice of the iterator's outermost dims beyond
-// TPU_MAX_DIMS (one record in the common case).
-void submit_slices(const at::TensorIteratorBase& iter, tpu_op& op, const std::array<int, 3>& args, int n_tensors,
-                   c10::DeviceIndex chip, const char* name) {
-  std::array<char*, 3> data{};
-  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(args[i]));
+// TPU_MAX_DIMS (one record in the common case), for the iterator's
+// operands [0, n_tensors).
+void submit_slices(const at::TensorIteratorBase& iter, tpu_op& op, int n_tensors, c10::DeviceIndex chip,
+                   const char* name) {
+  std::array<char*, 4> data{};
+  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(i));
   const int ndim = iter.ndim();
   const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
   // Outer dims [kept, ndim) are walked here, fastest first.
   std::vector<int64_t> idx(ndim - kept, 0);
   while (true) {
-    tpu_tensor* slots[3] = {&op.out, &op.in[0], &op.in[1]};
-    for (int i = 0; i < n_tensors; i++) *slots[i] = describe_operand(iter, args[i], data[i], kept);
+    for (int i = 0; i < n_tensors; i++) *slot(op, i) = describe_operand(iter, i, data[i], kept);
     submit(chip, op, name);
     int d = 0;
     for (; d < ndim - kept; d++) {
       const int dim = kept + d;
-      for (int i = 0; i < n_tensors; i++) data[i] += iter.strides(args[i])[dim];
+      for (int i = 0; i < n_tensors; i++) data[i] += iter.strides(i)[dim];
       if (++idx[d] < iter.shape()[dim]) break;
-      for (int i = 0; i < n_tensors; i++) data[i] -= iter.strides(args[i])[dim] * iter.shape()[dim];
+      for (int i = 0; i < n_tensors; i++) data[i] -= iter.strides(i)[dim] * iter.shape()[dim];
       idx[d] = 0;
     }
     if (d == ndim - kept) return;
   }
 }
 
-// Describes a built element-wise iterator (one output; one or two inputs)
-// as a record of family `code`, function `fn`, and submits it.
+// Describes a built element-wise iterator (one output; up to three
+// inputs) as a record of family `code`, function `fn`, and submits it.
 void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn, const EwParams& p = {}) {
   const char* name = op_label(code, fn);
-  TORCH_INTERNAL_ASSERT(iter.noutputs() == 1 && iter.ninputs() >= 1 && iter.ninputs() <= 2);
-  const at::ScalarType common = iter.maybe_common_dtype().value_or(iter.dtype(1));
+  TORCH_INTERNAL_ASSERT(iter.noutputs() == 1 && iter.ninputs() >= 1 && iter.ninputs() <= 3);
+  const at::ScalarType common = p.common.value_or(iter.maybe_common_dtype().value_or(iter.dtype(1)));
   tpu_dtype common_dt;
   for (int arg = 0; arg < iter.ntensors(); arg++) {
     tpu_dtype dt;
@@ -145,44 +156,48 @@ void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn,
   op.p.ew.b_opmath = p.b_opmath;
   for (int i = 0; i < 3; i++) op.p.ew.args[i] = p.args[i];
   const c10::Device device = iter.device(0);
-  // A host scalar second operand rides in the record; converted to the
-  // common dtype as TensorIterator would convert it for CPU, or kept in
-  // the compute type where the CPU kernel reads it that way (b_opmath).
-  std::array<int, 3> args{0, 1, 2};
+  // The last operand of a BINARY or TERNARY record may be a host value:
+  // a parameter the caller gives (p.other), or a host scalar tensor the
+  // iterator holds, converted to the common dtype as TensorIterator would
+  // convert it for CPU, or kept in the compute type where the CPU kernel
+  // reads it that way (b_opmath).
   int n_tensors = 1 + iter.ninputs();
-  at::Tensor moved;  // a host scalar first operand, copied to the chip
+  const int last = iter.ninputs();
   if (p.other.has_value()) {
-    TORCH_INTERNAL_ASSERT(iter.ninputs() == 1 && code == TPU_OP_BINARY);
+    TORCH_INTERNAL_ASSERT(code != TPU_OP_UNARY);
     op.p.ew.other = *p.other;
-  } else if (iter.ninputs() == 2 && iter.is_cpu_scalar(2)) {
-    const c10::Scalar value = at::Tensor(iter.tensor_base(2)).item();
+  } else if (code != TPU_OP_UNARY && last >= 2 && iter.is_cpu_scalar(last)) {
+    const c10::Scalar value = at::Tensor(iter.tensor_base(last)).item();
     op.p.ew.other = to_tpu_scalar(value, p.b_opmath ? at::toOpMathType(common) : common, /*checked=*/false);
-    n_tensors = 2;
+    n_tensors--;
   }
   op.n_in = n_tensors - 1;
-  if (iter.is_cpu_scalar(1)) {
-    // Rare (torch.sub(cpu_0d, tpu)): the first operand goes to the chip.
-    moved = at::Tensor(iter.tensor_base(1)).to(device);
-    TORCH_CHECK(iter.ndim() <= TPU_MAX_DIMS, name, ": a host scalar operand with more than ", TPU_MAX_DIMS,
-                " dims is not supported on tpu");
-    for (int a = 0; a < n_tensors; a++) {
-      const int arg = args[a];
-      tpu_tensor* slot = a == 0 ? &op.out : &op.in[a - 1];
-      if (arg == 1) {
-        *slot = describe(moved, name);
-        slot->ndim = iter.ndim();
-        for (int d = 0; d < iter.ndim(); d++) {
-          slot->sizes[d] = iter.shape()[iter.ndim() - 1 - d];
-          slot->strides[d] = 0;
-        }
-      } else {
-        *slot = describe_operand(iter, arg, static_cast<char*>(iter.data_ptr(arg)), iter.ndim());
-      }
-    }
-    submit(device.index(), op, name);
+  // Any other host scalar operand (torch.sub(cpu_0d, tpu)) is copied to
+  // the chip and read with zero strides.
+  bool any_host = false;
+  for (int arg = 1; arg < n_tensors; arg++) any_host = any_host || iter.is_cpu_scalar(arg);
+  if (!any_host) {
+    submit_slices(iter, op, n_tensors, device.index(), name);
     return;
   }
-  submit_slices(iter, op, args, n_tensors, device.index(), name);
+  TORCH_CHECK(iter.ndim() <= TPU_MAX_DIMS, name, ": a host scalar operand with more than ", TPU_MAX_DIMS,
+              " dims is not supported on tpu");
+  std::vector<at::Tensor> moved;
+  for (int arg = 0; arg < n_tensors; arg++) {
+    if (!iter.is_cpu_scalar(arg)) {
+      *slot(op, arg) = describe_operand(iter, arg, static_cast<char*>(iter.data_ptr(arg)), iter.ndim());
+      continue;
+    }
+    moved.push_back(at::Tensor(iter.tensor_base(arg)).to(device));
+    tpu_tensor t = describe(moved.back(), name);
+    t.ndim = iter.ndim();
+    for (int d = 0; d < iter.ndim(); d++) {
+      t.sizes[d] = iter.shape()[iter.ndim() - 1 - d];
+      t.strides[d] = 0;
+    }
+    *slot(op, arg) = t;
+  }
+  submit(device.index(), op, name);
 }
 
 // ------------------------------------------------------------- kernels
@@ -327,6 +342,26 @@ void div_mode_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::
   mul_div(iter, TPU_BINARY_DIV, r);
 }
 
+// addcmul and addcdiv: value in the compute type, as the CPU kernels read it.
+template <tpu_ternary_fn Fn>
+void addc_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                 const c10::Scalar& value) {
+  EwParams p;
+  p.alpha = to_tpu_scalar(value, at::toOpMathType(iter.common_dtype()), /*checked=*/false);
+  submit_iterator(iter, TPU_OP_TERNARY, Fn, p);
+}
+
+void lerp_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                        const c10::Scalar& weight) {
+  EwParams p;
+  p.other = to_tpu_scalar(weight, at::toOpMathType(iter.common_dtype()), /*checked=*/false);
+  submit_iterator(iter, TPU_OP_TERNARY, TPU_TERNARY_LERP, p);
+}
+
+void lerp_tensor_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  submit_iterator(iter, TPU_OP_TERNARY, TPU_TERNARY_LERP);
+}
+
 void pow_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor& self, const c10::Scalar& exponent) {
   // As PyTorch's pow_out: x ** 0 is a fill and x ** 1 a copy (for any
   // dtype, bool included); other exponents raise in the compute type.
@@ -356,6 +391,14 @@ void unary_stub(at::TensorIteratorBase& iter) {
 template <tpu_binary_fn Fn>
 void binary_stub(at::TensorIterator& iter) {
   submit_iterator(iter, TPU_OP_BINARY, Fn);
+}
+
+// where: PyTorch's where_self_out has already converted self and other
+// to the result dtype (out's), which is the common one.
+void where_stub(at::TensorIterator& iter) {
+  EwParams p;
+  p.common = iter.dtype(0);
+  submit_iterator(iter, TPU_OP_TERNARY, TPU_TERNARY_WHERE, p);
 }
 
 void hardswish_stub(at::TensorIterator& iter) { submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_HARDSWISH); }
@@ -392,6 +435,7 @@ REGISTER_PRIVATEUSE1_DISPATCH(logical_and_stub, &torch_tpu::binary_stub<TPU_BINA
 REGISTER_PRIVATEUSE1_DISPATCH(logical_or_stub, &torch_tpu::binary_stub<TPU_BINARY_LOGICAL_OR>)
 REGISTER_PRIVATEUSE1_DISPATCH(logical_xor_stub, &torch_tpu::binary_stub<TPU_BINARY_LOGICAL_XOR>)
 REGISTER_PRIVATEUSE1_DISPATCH(hardswish_stub, &torch_tpu::hardswish_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(where_kernel, &torch_tpu::where_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(hardswish_backward_stub, &torch_tpu::binary_stub<TPU_BINARY_HARDSWISH_BACKWARD>)
 REGISTER_PRIVATEUSE1_DISPATCH(mish_backward_stub, &torch_tpu::binary_stub<TPU_BINARY_MISH_BACKWARD>)
 REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &torch_tpu::nan_to_num_stub)
@@ -472,6 +516,28 @@ at::Tensor bool_unary(T self, tpu_unary_fn fn) {
 
 at::Tensor isnan(T self) { return bool_unary(self, TPU_UNARY_ISNAN); }
 at::Tensor isinf(T self) { return bool_unary(self, TPU_UNARY_ISINF); }
+
+// masked_fill_: self = where(mask, value, self), in place, with
+// PyTorch's checks (a bool mask, a 0-dim value that fits self's dtype).
+at::Tensor& masked_fill_with(at::Tensor& self, T mask, const at::Tensor& value) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  at::assert_no_internal_overlap(self);
+  at::assert_no_partial_overlap(self, mask);
+  at::where_out(self, mask, value, self);
+  return self;
+}
+
+at::Tensor& masked_fill_scalar(at::Tensor& self, T mask, S value) {
+  // Converted with the overflow check (int8 and 1000 raises), as PyTorch's kernel does.
+  return masked_fill_with(self, mask, at::scalar_tensor(value, self.options()));
+}
+
+at::Tensor& masked_fill_tensor(at::Tensor& self, T mask, T value) {
+  TORCH_CHECK(value.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  return masked_fill_with(self, mask, value.to(self.device(), self.scalar_type()));
+}
 
 // relu is clamp_min(self, 0), as in PyTorch, which refuses bool first.
 at::Tensor relu(T self) {
@@ -609,6 +675,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_BACKWARD(leaky_relu_backward, structured_leaky_relu_backward, &leaky_relu_backward_kernel, T, T, S, bool);
   TPU_BACKWARD(softplus_backward, structured_softplus_backward, &softplus_backward_kernel, T, T, S, S);
 #undef TPU_BACKWARD
+  // Ternary.
+  TPU_STRUCTURED(m, "addcmul", structured_addcmul, &addc_kernel<TPU_TERNARY_ADDCMUL>, T, T, T, S);
+  TPU_STRUCTURED(m, "addcdiv", structured_addcdiv, &addc_kernel<TPU_TERNARY_ADDCDIV>, T, T, T, S);
+  TPU_BINARY_OVERLOAD_OUT(m, lerp, "Scalar", "Scalar_out", structured_lerp_Scalar, &lerp_scalar_kernel, T, T, S);
+  TPU_BINARY_OVERLOAD_OUT(m, lerp, "Tensor", "Tensor_out", structured_lerp_Tensor, &lerp_tensor_kernel, T, T, T);
+  m.impl("where.self", static_cast<at::Tensor (*)(T, T, T)>(at::native::where));
+  m.impl("where.self_out", at::native::where_self_out);
+  m.impl("masked_fill_.Scalar", masked_fill_scalar);
+  m.impl("masked_fill_.Tensor", masked_fill_tensor);
   // Binary, through DispatchStub.
   m.impl("logical_and.out", at::native::logical_and_out);
   m.impl("logical_or.out", at::native::logical_or_out);

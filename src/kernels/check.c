@@ -156,7 +156,7 @@ static tpu_status check_overlap(const tpu_op *op) {
     if (tpu_k_numel(o) == 0 || op->code == TPU_OP_COPY_D2H)
         return TPU_OK; /* no bytes written, or written to host memory */
     bool same_view_ok = op->code == TPU_OP_UNARY || op->code == TPU_OP_BINARY ||
-                        op->code == TPU_OP_COPY;
+                        op->code == TPU_OP_TERNARY || op->code == TPU_OP_COPY;
     uintptr_t olo, ohi;
     byte_span(o, &olo, &ohi);
     for (int i = 0; i < op->n_in; i++) {
@@ -207,7 +207,7 @@ static tpu_status check_float_out(const tpu_op *op, const char *why) {
     return TPU_OK;
 }
 
-/* UNARY and BINARY: inputs of out's sizes; the function's common dtype
+/* UNARY, BINARY, TERNARY: inputs of out's sizes; the function's common dtype
  * and its parameters. */
 static tpu_status check_elementwise(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
@@ -327,6 +327,7 @@ static const struct {
 } k_arity[] = {
     [TPU_OP_COPY] = {1, 1},   [TPU_OP_COPY_H2D] = {1, 1}, [TPU_OP_COPY_D2H] = {1, 1},
     [TPU_OP_FILL] = {0, 0},   [TPU_OP_UNARY] = {1, 1},    [TPU_OP_BINARY] = {1, 2},
+    [TPU_OP_TERNARY] = {2, 3},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
@@ -370,7 +371,8 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_COPY_D2H: st = check_same_sizes(op, 0); break;
     case TPU_OP_FILL: break;
     case TPU_OP_UNARY:
-    case TPU_OP_BINARY: st = check_elementwise(op); break;
+    case TPU_OP_BINARY:
+    case TPU_OP_TERNARY: st = check_elementwise(op); break;
     case TPU_OP_REDUCE: st = check_reduce(op); break;
     case TPU_OP_MATMUL: st = check_mm(op); break;
     case TPU_OP_RANDOM: st = check_random(op); break;

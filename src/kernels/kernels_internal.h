@@ -99,6 +99,10 @@ bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn);
 tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
 
+/* TERNARY (ternary.c). */
+tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth);
+
 /* REDUCE (reduce.c). */
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);

@@ -16,6 +16,7 @@
 static const char *const k_op_names[] = {
     [TPU_OP_COPY] = "copy",     [TPU_OP_COPY_H2D] = "copy_h2d", [TPU_OP_COPY_D2H] = "copy_d2h",
     [TPU_OP_FILL] = "fill",     [TPU_OP_UNARY] = "unary",       [TPU_OP_BINARY] = "binary",
+    [TPU_OP_TERNARY] = "ternary",
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
@@ -127,6 +128,15 @@ static const tpu_k_fn_row k_binary[] = {
 _Static_assert(sizeof k_binary / sizeof k_binary[0] == TPU_BINARY_COUNT,
                "every tpu_binary_fn needs a name");
 
+static const tpu_k_fn_row k_ternary[] = {
+    [TPU_TERNARY_WHERE] = {"where", TPU_K_TAKES_ANY, false},
+    [TPU_TERNARY_ADDCMUL] = {"addcmul", TPU_K_TAKES_NOT_BOOL, false},
+    [TPU_TERNARY_ADDCDIV] = {"addcdiv", TPU_K_TAKES_FLOAT, false},
+    [TPU_TERNARY_LERP] = {"lerp", TPU_K_TAKES_FLOAT, false},
+};
+_Static_assert(sizeof k_ternary / sizeof k_ternary[0] == TPU_TERNARY_COUNT,
+               "every tpu_ternary_fn needs a name");
+
 static const char *const k_reduce_names[] = {[TPU_REDUCE_SUM] = "sum", [TPU_REDUCE_MEAN] = "mean"};
 _Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_COUNT,
                "every tpu_reduce_fn needs a name");
@@ -151,6 +161,7 @@ static const struct {
     [TPU_OP_FILL] = {NULL, NULL, 1},
     [TPU_OP_UNARY] = {NULL, k_unary, TPU_UNARY_COUNT},
     [TPU_OP_BINARY] = {NULL, k_binary, TPU_BINARY_COUNT},
+    [TPU_OP_TERNARY] = {NULL, k_ternary, TPU_TERNARY_COUNT},
     [TPU_OP_REDUCE] = {k_reduce_names, NULL, TPU_REDUCE_COUNT},
     [TPU_OP_MATMUL] = {k_matmul_names, NULL, TPU_MATMUL_COUNT},
     [TPU_OP_RANDOM] = {k_random_names, NULL, TPU_RANDOM_COUNT},
@@ -168,6 +179,7 @@ static const struct {
     [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast},
     [TPU_OP_UNARY] = {tpu_k_unary_ref, tpu_k_unary_fast},
     [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast},
+    [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_fast},
     [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
     [TPU_OP_MATMUL] = {tpu_k_mm_ref, tpu_k_mm_fast},
     [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
@@ -186,6 +198,7 @@ static const work_kind k_work[] = {
     [TPU_OP_COPY] = WORK_ELEMENTS,  [TPU_OP_COPY_H2D] = WORK_ELEMENTS,
     [TPU_OP_COPY_D2H] = WORK_ELEMENTS, [TPU_OP_FILL] = WORK_ELEMENTS,
     [TPU_OP_UNARY] = WORK_ELEMENTS, [TPU_OP_BINARY] = WORK_ELEMENTS,
+    [TPU_OP_TERNARY] = WORK_ELEMENTS,
     [TPU_OP_REDUCE] = WORK_REDUCE,  [TPU_OP_MATMUL] = WORK_GEMM,
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
 };

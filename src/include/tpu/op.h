@@ -74,6 +74,7 @@ typedef enum {
     TPU_OP_FILL,     /* out = p.fill.value */
     TPU_OP_UNARY,    /* out = fn(in[0]), element-wise; tpu_unary_fn, p.ew */
     TPU_OP_BINARY,   /* out = fn(in[0], b), element-wise; tpu_binary_fn, p.ew */
+    TPU_OP_TERNARY,  /* out = fn(in[0], in[1], c), element-wise; tpu_ternary_fn, p.ew */
     TPU_OP_REDUCE,   /* out = fn of in[0] over the dims in p.reduce.mask; tpu_reduce_fn */
     TPU_OP_MATMUL,   /* matrix products; tpu_matmul_fn, p.mm */
     TPU_OP_RANDOM,   /* out drawn from a distribution; tpu_random_fn, p.rand */
@@ -189,6 +190,16 @@ typedef enum {
     TPU_BINARY_COUNT
 } tpu_binary_fn;
 
+/* TERNARY functions of a = in[0], b = in[1] and c (in[2], or p.ew.other
+ * when n_in == 2), converted to p.ew.common as for BINARY. */
+typedef enum {
+    TPU_TERNARY_WHERE = 0, /* a != 0 ? b : c; a (the condition) is read as bool, not through common; any */
+    TPU_TERNARY_ADDCMUL,   /* a + alpha * b * c, in that order ((alpha b) c); integers wrap; not bool */
+    TPU_TERNARY_ADDCDIV,   /* a + alpha * b / c, in that order ((alpha b) / c); float */
+    TPU_TERNARY_LERP,      /* fma(c, b - a, a) if |c| < 0.5, else fma(c - 1, b - a, b) (PyTorch's vectorised form); float */
+    TPU_TERNARY_COUNT
+} tpu_ternary_fn;
+
 /* REDUCE functions. */
 typedef enum {
     TPU_REDUCE_SUM = 0, /* f64 accumulator for float outs, wrapping i64 for integer and bool */
@@ -232,7 +243,7 @@ typedef struct tpu_op {
     tpu_tensor out;
     tpu_tensor in[3];
     union {
-        /* UNARY, BINARY. Each input is converted to `common` as a cast
+        /* UNARY, BINARY, TERNARY. Each input is converted to `common` as a cast
          * does (the dtype PyTorch computes in: TensorIterator's common
          * dtype), then to its compute type: f32 for f32/f16/bf16, f64 for
          * f64, wrapping i64 for integers, bool for bool. The result is
@@ -244,8 +255,8 @@ typedef struct tpu_op {
         struct {
             tpu_dtype common;
             bool b_opmath;
-            tpu_scalar alpha;      /* BINARY ADD, SUB */
-            tpu_scalar other;      /* BINARY: b when n_in == 1 */
+            tpu_scalar alpha;      /* BINARY ADD, SUB; TERNARY ADDCMUL, ADDCDIV */
+            tpu_scalar other;      /* BINARY: b when n_in == 1; TERNARY: c when n_in == 2 */
             tpu_rounding rounding; /* BINARY DIV */
             tpu_scalar args[3];    /* the function's parameters (see its enum) */
         } ew;
@@ -299,7 +310,7 @@ TPU_API const char *tpu_op_name(tpu_op_code code);
  * tables. */
 TPU_API const char *tpu_op_fn_name(tpu_op_code code, int32_t fn);
 
-/* True if function fn of the element-wise family `code` (UNARY, BINARY)
+/* True if function fn of the element-wise family `code` (UNARY, BINARY, TERNARY)
  * computes in common dtype dt: what tpu_op_check will accept, so that the
  * glue can refuse a call before it has a record (even one with no
  * elements). False for other families and values outside the enums. */

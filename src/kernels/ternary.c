@@ -1,0 +1,170 @@
+/* TERNARY: out = fn(a, b, c) for the functions of tpu_ternary_fn.
+ *
+ * a, b and c go through the record's common dtype to its compute type and
+ * the result is rounded back to it (ew.h), except WHERE's condition a,
+ * which is only tested for nonzero. The formulas are PyTorch's CPU ones,
+ * in its order of operations: addcmul a + (alpha b) c, addcdiv
+ * a + (alpha b) / c, lerp's two-sided form (exact at both ends) with one
+ * fma, as its vectorised kernel computes it.
+ *
+ * Work split: contiguous ranges of out's row-major element index; every
+ * element is independent, so any split gives the same bytes. */
+#include <math.h>
+
+#include "ew.h"
+#include "kernels_internal.h"
+
+/* ------------------------------------------------------ scalar bodies */
+
+static inline float tern_f32(tpu_ternary_fn fn, float alpha, float a, float b, float c) {
+    switch (fn) {
+    case TPU_TERNARY_ADDCMUL: return a + alpha * b * c;
+    case TPU_TERNARY_ADDCDIV: return a + alpha * b / c;
+    default: /* LERP, as PyTorch's vectorised lerp: one fma either side */
+        return fabsf(c) < 0.5f ? fmaf(c, b - a, a) : fmaf(c - 1.0f, b - a, b);
+    }
+}
+
+static inline double tern_f64(tpu_ternary_fn fn, double alpha, double a, double b, double c) {
+    switch (fn) {
+    case TPU_TERNARY_ADDCMUL: return a + alpha * b * c;
+    case TPU_TERNARY_ADDCDIV: return a + alpha * b / c;
+    default: return fabs(c) < 0.5 ? fma(c, b - a, a) : fma(c - 1.0, b - a, b);
+    }
+}
+
+/* ADDCMUL on integers, wrapping (uint64). */
+static inline int64_t tern_i64(int64_t alpha, int64_t a, int64_t b, int64_t c) {
+    return tpu_k_u64_to_i64((uint64_t)a + (uint64_t)alpha * (uint64_t)b * (uint64_t)c);
+}
+
+/* ---------------------------------------------------- reference path */
+
+tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *ta = &op->in[0], *tb = &op->in[1];
+    const tpu_tensor *tc = op->n_in == 3 ? &op->in[2] : NULL;
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *strides[4] = {o->strides, ta->strides, tb->strides, tc ? tc->strides : o->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 4, strides, start);
+    const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
+    const tpu_dtype cm = op->p.ew.common, odt = o->dtype;
+    const tpu_scalar alpha = op->p.ew.alpha, other = op->p.ew.other;
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        const char *pa = tpu_k_ptr(ta, it.off[1]), *pb = tpu_k_ptr(tb, it.off[2]);
+        const char *pc = tc ? tpu_k_ptr(tc, it.off[3]) : NULL;
+        char *po = tpu_k_ptr(o, it.off[0]);
+        if (fn == TPU_TERNARY_WHERE) {
+            /* Copy the chosen value through common (a cast, no arithmetic). */
+            bool cond = tpu_k_load_bool(pa, ta->dtype);
+            const char *src = cond ? pb : pc;
+            const tpu_dtype sdt = cond ? tb->dtype : tc ? tc->dtype : cm;
+            switch (tpu_k_ew_compute_of(cm)) {
+            case EW_F32: {
+                float v = src ? tpu_k_ew_load_f32(src, sdt, cm) : tpu_k_round_to((float)other.f, cm);
+                tpu_k_store_f32(po, odt, v);
+                break;
+            }
+            case EW_F64: tpu_k_store_f64(po, odt, src ? tpu_k_load_f64(src, sdt) : other.f); break;
+            case EW_BOOL: tpu_k_store_bool(po, odt, src ? tpu_k_load_bool(src, sdt) : other.i != 0); break;
+            case EW_I64:
+                tpu_k_store_i64(po, odt, src ? tpu_k_ew_load_i64(src, sdt, cm) : tpu_k_ew_wrap(other.i, cm));
+                break;
+            }
+            continue;
+        }
+        switch (tpu_k_ew_compute_of(cm)) {
+        case EW_F32: {
+            float a = tpu_k_ew_load_f32(pa, ta->dtype, cm), b = tpu_k_ew_load_f32(pb, tb->dtype, cm);
+            float c = pc ? tpu_k_ew_load_f32(pc, tc->dtype, cm) : tpu_k_round_to((float)other.f, cm);
+            tpu_k_store_f32(po, odt, tpu_k_round_to(tern_f32(fn, (float)alpha.f, a, b, c), cm));
+            break;
+        }
+        case EW_F64: {
+            double a = tpu_k_load_f64(pa, ta->dtype), b = tpu_k_load_f64(pb, tb->dtype);
+            double c = pc ? tpu_k_load_f64(pc, tc->dtype) : other.f;
+            tpu_k_store_f64(po, odt, tern_f64(fn, alpha.f, a, b, c));
+            break;
+        }
+        default: { /* ADDCMUL on integers (tpu_op_check refuses the rest) */
+            int64_t a = tpu_k_ew_load_i64(pa, ta->dtype, cm), b = tpu_k_ew_load_i64(pb, tb->dtype, cm);
+            int64_t c = pc ? tpu_k_ew_load_i64(pc, tc->dtype, cm) : tpu_k_ew_wrap(other.i, cm);
+            tpu_k_store_i64(po, odt, tpu_k_ew_wrap(tern_i64(alpha.i, a, b, c), cm));
+            break;
+        }
+        }
+    }
+    return TPU_OK;
+}
+
+/* --------------------------------------------------------- fast path */
+
+/* True if t is f32 and laid out like the dense f32 out (or, with
+ * *step = 0, one value broadcast), so it can be read as a flat array. */
+static bool flat_f32(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
+    if (t->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(t))
+        return false;
+    if (tpu_k_same_layout(t, o)) {
+        *step = 1;
+        return true;
+    }
+    if (tpu_k_is_scalar_broadcast(t)) {
+        *step = 0;
+        return true;
+    }
+    return false;
+}
+
+/* Fast path: ADDCMUL, ADDCDIV and LERP with f32 common and operands laid
+ * out like a dense f32 out (the optimizers' case), as flat loops with the
+ * function chosen once; the bytes are the reference's. The rest goes to
+ * the reference. */
+tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out;
+    const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
+    int64_t sa, sb, sc = 0;
+    if (fn == TPU_TERNARY_WHERE || op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 ||
+        !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) || !flat_f32(&op->in[0], o, &sa) ||
+        !flat_f32(&op->in[1], o, &sb) || (op->n_in == 3 && !flat_f32(&op->in[2], o, &sc)))
+        return tpu_k_ternary_ref(op, ith, nth);
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    const float other = (float)op->p.ew.other.f, alpha = (float)op->p.ew.alpha.f;
+    const float *a = (const float *)op->in[0].data + start * sa;
+    const float *b = (const float *)op->in[1].data + start * sb;
+    const float *c = op->n_in == 3 ? (const float *)op->in[2].data + start * sc : &other;
+    float *out = (float *)o->data + start;
+    const int64_t n = end - start;
+    /* One loop per function and step pattern of the common cases, so the
+     * compiler vectorises them; others take the generic loop. */
+    if (sa == 1 && sb == 1 && sc == 1) {
+        switch (fn) {
+        case TPU_TERNARY_ADDCMUL:
+            for (int64_t i = 0; i < n; i++)
+                out[i] = a[i] + alpha * b[i] * c[i];
+            return TPU_OK;
+        case TPU_TERNARY_ADDCDIV:
+            for (int64_t i = 0; i < n; i++)
+                out[i] = a[i] + alpha * b[i] / c[i];
+            return TPU_OK;
+        default: break;
+        }
+    }
+    if (sa == 1 && sb == 1 && sc == 0 && fn == TPU_TERNARY_LERP) {
+        const float w = c[0];
+        if (fabsf(w) < 0.5f) {
+            for (int64_t i = 0; i < n; i++)
+                out[i] = fmaf(w, b[i] - a[i], a[i]);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                out[i] = fmaf(w - 1.0f, b[i] - a[i], b[i]);
+        }
+        return TPU_OK;
+    }
+    for (int64_t i = 0; i < n; i++)
+        out[i] = tern_f32(fn, alpha, a[i * sa], b[i * sb], c[i * sc]);
+    return TPU_OK;
+}
