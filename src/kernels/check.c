@@ -263,6 +263,30 @@ static tpu_status check_reduce(const tpu_op *op) {
     return TPU_OK;
 }
 
+static tpu_status check_softmax(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    bool backward = op->fn == TPU_SOFTMAX_BACKWARD || op->fn == TPU_SOFTMAX_LOG_BACKWARD;
+    if (op->n_in != (backward ? 2 : 1))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected %d)", name, (int)op->n_in,
+                             backward ? 2 : 1);
+    for (int i = 0; i < op->n_in; i++) {
+        tpu_status st = check_same_sizes(op, i);
+        if (st != TPU_OK)
+            return st;
+        if (!tpu_dtype_is_float(op->in[i].dtype))
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: in[%d] dtype %s is not supported "
+                                 "(floating types only)", name, i, tpu_dtype_name(op->in[i].dtype));
+    }
+    tpu_status st = check_float_out(op, "softmax is floating");
+    if (st != TPU_OK)
+        return st;
+    int32_t d = op->p.softmax.dim;
+    if (d < 0 || d >= op->out.ndim)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: dim %d is out of range for %d dims", name,
+                             (int)d, (int)op->out.ndim);
+    return TPU_OK;
+}
+
 static bool is_mm_dtype(tpu_dtype dt) {
     return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_F64 || dt == TPU_DTYPE_F16 ||
            dt == TPU_DTYPE_BF16;
@@ -327,7 +351,7 @@ static const struct {
 } k_arity[] = {
     [TPU_OP_COPY] = {1, 1},   [TPU_OP_COPY_H2D] = {1, 1}, [TPU_OP_COPY_D2H] = {1, 1},
     [TPU_OP_FILL] = {0, 0},   [TPU_OP_UNARY] = {1, 1},    [TPU_OP_BINARY] = {1, 2},
-    [TPU_OP_TERNARY] = {2, 3},
+    [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
@@ -374,6 +398,7 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_BINARY:
     case TPU_OP_TERNARY: st = check_elementwise(op); break;
     case TPU_OP_REDUCE: st = check_reduce(op); break;
+    case TPU_OP_SOFTMAX: st = check_softmax(op); break;
     case TPU_OP_MATMUL: st = check_mm(op); break;
     case TPU_OP_RANDOM: st = check_random(op); break;
     case TPU_OP_COUNT:

@@ -103,6 +103,10 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth);
 
+/* SOFTMAX (softmax.c). */
+tpu_status tpu_k_softmax_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_softmax_fast(const tpu_op *op, int ith, int nth);
+
 /* REDUCE (reduce.c). */
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);

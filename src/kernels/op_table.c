@@ -16,7 +16,7 @@
 static const char *const k_op_names[] = {
     [TPU_OP_COPY] = "copy",     [TPU_OP_COPY_H2D] = "copy_h2d", [TPU_OP_COPY_D2H] = "copy_d2h",
     [TPU_OP_FILL] = "fill",     [TPU_OP_UNARY] = "unary",       [TPU_OP_BINARY] = "binary",
-    [TPU_OP_TERNARY] = "ternary",
+    [TPU_OP_TERNARY] = "ternary", [TPU_OP_SOFTMAX] = "softmax",
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
@@ -140,6 +140,11 @@ _Static_assert(sizeof k_ternary / sizeof k_ternary[0] == TPU_TERNARY_COUNT,
 static const char *const k_reduce_names[] = {[TPU_REDUCE_SUM] = "sum", [TPU_REDUCE_MEAN] = "mean"};
 _Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_COUNT,
                "every tpu_reduce_fn needs a name");
+static const char *const k_softmax_names[] = {
+    [TPU_SOFTMAX_FORWARD] = "softmax", [TPU_SOFTMAX_LOG] = "log_softmax",
+    [TPU_SOFTMAX_BACKWARD] = "softmax_backward", [TPU_SOFTMAX_LOG_BACKWARD] = "log_softmax_backward"};
+_Static_assert(sizeof k_softmax_names / sizeof k_softmax_names[0] == TPU_SOFTMAX_COUNT,
+               "every tpu_softmax_fn needs a name");
 static const char *const k_matmul_names[] = {[TPU_MATMUL_MM] = "mm", [TPU_MATMUL_ADDMM] = "addmm"};
 _Static_assert(sizeof k_matmul_names / sizeof k_matmul_names[0] == TPU_MATMUL_COUNT,
                "every tpu_matmul_fn needs a name");
@@ -163,6 +168,7 @@ static const struct {
     [TPU_OP_BINARY] = {NULL, k_binary, TPU_BINARY_COUNT},
     [TPU_OP_TERNARY] = {NULL, k_ternary, TPU_TERNARY_COUNT},
     [TPU_OP_REDUCE] = {k_reduce_names, NULL, TPU_REDUCE_COUNT},
+    [TPU_OP_SOFTMAX] = {k_softmax_names, NULL, TPU_SOFTMAX_COUNT},
     [TPU_OP_MATMUL] = {k_matmul_names, NULL, TPU_MATMUL_COUNT},
     [TPU_OP_RANDOM] = {k_random_names, NULL, TPU_RANDOM_COUNT},
 };
@@ -181,6 +187,7 @@ static const struct {
     [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast},
     [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_fast},
     [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
+    [TPU_OP_SOFTMAX] = {tpu_k_softmax_ref, tpu_k_softmax_fast},
     [TPU_OP_MATMUL] = {tpu_k_mm_ref, tpu_k_mm_fast},
     [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
 };
@@ -192,6 +199,7 @@ typedef enum {
     WORK_ELEMENTS, /* one unit per output element */
     WORK_REDUCE,   /* input elements, split over output elements */
     WORK_GEMM,     /* M*N*K multiply-adds, split over rows or columns */
+    WORK_ROWS,     /* input elements, split over the rows along one dim */
 } work_kind;
 
 static const work_kind k_work[] = {
@@ -200,6 +208,7 @@ static const work_kind k_work[] = {
     [TPU_OP_UNARY] = WORK_ELEMENTS, [TPU_OP_BINARY] = WORK_ELEMENTS,
     [TPU_OP_TERNARY] = WORK_ELEMENTS,
     [TPU_OP_REDUCE] = WORK_REDUCE,  [TPU_OP_MATMUL] = WORK_GEMM,
+    [TPU_OP_SOFTMAX] = WORK_ROWS,
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
@@ -284,6 +293,14 @@ int tpu_op_max_threads(const tpu_op *op) {
         int64_t units = chunks > 0 ? n_out * chunks : n_out;
         int64_t want = n_in / ELEMENTS_PER_THREAD;
         return clamp_threads(want < units ? want : units);
+    }
+    case WORK_ROWS: {
+        /* One thread per row at most: each row is computed by one share. */
+        int64_t n = tpu_k_numel(&op->in[0]);
+        int64_t len = op->in[0].ndim ? op->in[0].sizes[op->p.softmax.dim] : 1;
+        int64_t rows = len > 0 ? n / len : 0;
+        int64_t want = n / ELEMENTS_PER_THREAD;
+        return clamp_threads(want < rows ? want : rows);
     }
     case WORK_GEMM: {
         /* Threads split the larger of M and N; count in double since

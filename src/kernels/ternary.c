@@ -16,21 +16,32 @@
 
 /* ------------------------------------------------------ scalar bodies */
 
+/* A NaN result as one fixed NaN: x86 keeps the first operand's NaN when
+ * both are NaN, and the compiler orders a + alpha*b*c's operands
+ * differently in different loops, so without this the NaN's sign bit
+ * would depend on the path. */
+#define CANON_F32(r) ((r) != (r) ? NAN : (r))
+
 static inline float tern_f32(tpu_ternary_fn fn, float alpha, float a, float b, float c) {
+    float r;
     switch (fn) {
-    case TPU_TERNARY_ADDCMUL: return a + alpha * b * c;
-    case TPU_TERNARY_ADDCDIV: return a + alpha * b / c;
+    case TPU_TERNARY_ADDCMUL: r = a + alpha * b * c; break;
+    case TPU_TERNARY_ADDCDIV: r = a + alpha * b / c; break;
     default: /* LERP, as PyTorch's vectorised lerp: one fma either side */
-        return fabsf(c) < 0.5f ? fmaf(c, b - a, a) : fmaf(c - 1.0f, b - a, b);
+        r = fabsf(c) < 0.5f ? fmaf(c, b - a, a) : fmaf(c - 1.0f, b - a, b);
+        break;
     }
+    return CANON_F32(r);
 }
 
 static inline double tern_f64(tpu_ternary_fn fn, double alpha, double a, double b, double c) {
+    double r;
     switch (fn) {
-    case TPU_TERNARY_ADDCMUL: return a + alpha * b * c;
-    case TPU_TERNARY_ADDCDIV: return a + alpha * b / c;
-    default: return fabs(c) < 0.5 ? fma(c, b - a, a) : fma(c - 1.0, b - a, b);
+    case TPU_TERNARY_ADDCMUL: r = a + alpha * b * c; break;
+    case TPU_TERNARY_ADDCDIV: r = a + alpha * b / c; break;
+    default: r = fabs(c) < 0.5 ? fma(c, b - a, a) : fma(c - 1.0, b - a, b); break;
     }
+    return r != r ? (double)NAN : r;
 }
 
 /* ADDCMUL on integers, wrapping (uint64). */
@@ -144,11 +155,11 @@ tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
         switch (fn) {
         case TPU_TERNARY_ADDCMUL:
             for (int64_t i = 0; i < n; i++)
-                out[i] = a[i] + alpha * b[i] * c[i];
+                out[i] = CANON_F32(a[i] + alpha * b[i] * c[i]);
             return TPU_OK;
         case TPU_TERNARY_ADDCDIV:
             for (int64_t i = 0; i < n; i++)
-                out[i] = a[i] + alpha * b[i] / c[i];
+                out[i] = CANON_F32(a[i] + alpha * b[i] / c[i]);
             return TPU_OK;
         default: break;
         }
@@ -157,10 +168,10 @@ tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
         const float w = c[0];
         if (fabsf(w) < 0.5f) {
             for (int64_t i = 0; i < n; i++)
-                out[i] = fmaf(w, b[i] - a[i], a[i]);
+                out[i] = CANON_F32(fmaf(w, b[i] - a[i], a[i]));
         } else {
             for (int64_t i = 0; i < n; i++)
-                out[i] = fmaf(w - 1.0f, b[i] - a[i], b[i]);
+                out[i] = CANON_F32(fmaf(w - 1.0f, b[i] - a[i], b[i]));
         }
         return TPU_OK;
     }

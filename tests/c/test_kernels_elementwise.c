@@ -1189,10 +1189,20 @@ static void run_all(const char *label, const tpu_op *op, buf *outb, buf **ins, i
                     size_t at = (size_t)(t_at(&op->out, e) - outb->alloc);
                     if (memcmp(first + at, outb->alloc + at, es) != 0) {
                         shown++;
+                        char wk[64];
+                        snprintf(wk, sizeof wk, "%s", way_name(&w[k]));
                         fprintf(stderr, "    %s: [%s] differs from [%s] at element %lld: %.9g vs %.9g\n",
-                                label, way_name(&w[k]), way_name(&w[0]), (long long)e,
+                                label, wk, way_name(&w[0]), (long long)e,
                                 t_read_f(outb->alloc + at, op->out.dtype),
                                 t_read_f(first + at, op->out.dtype));
+                        if (print_in) {
+                            fprintf(stderr, "     ");
+                            for (int i = 0; i < print_in->n_in; i++) {
+                                double v = t_read_f(t_at(&print_in->in[i], e), print_in->in[i].dtype);
+                                fprintf(stderr, " in%d=%.9g%s", i, v, signbit(v) ? "(-)" : "");
+                            }
+                            fprintf(stderr, "\n");
+                        }
                     }
                 }
             }
@@ -1767,12 +1777,557 @@ static void test_refusals(void) {
     CHECK_STATUS(run_shares(&op, 1), TPU_ERR_DIV_BY_ZERO);
 }
 
+/* ----------------------------------------------------------- TERNARY */
+
+/* Own copy of op.h's k_ternary takes (WHERE any, ADDCMUL not bool,
+ * ADDCDIV and LERP float). */
+static const int k_tern_tk[] = {
+    [TPU_TERNARY_WHERE] = TK_ANY,
+    [TPU_TERNARY_ADDCMUL] = TK_NOT_BOOL,
+    [TPU_TERNARY_ADDCDIV] = TK_FLOAT,
+    [TPU_TERNARY_LERP] = TK_FLOAT,
+};
+_Static_assert(sizeof k_tern_tk / sizeof k_tern_tk[0] == TPU_TERNARY_COUNT,
+               "a row per ternary function");
+
+/* A float ternary result computed in the compute type of common cm and
+ * rounded to cm (the value out holds). f32 compute: every operation's
+ * exact result in double (products of f32 values are exact; a sum or a
+ * quotient rounded to double and then to f32 is correctly rounded, 53 >=
+ * 2 * 24 + 2), rounded to f32 with the own rounding; lerp's fma by fmaf.
+ * Separate statements: no contraction into an fma. */
+static double tern_expect_f(int fn, double al, double a, double b, double c, tpu_dtype cm) {
+    if (cm == F64) {
+        switch (fn) {
+        case TPU_TERNARY_ADDCMUL: {
+            double p1 = al * b;
+            double p2 = p1 * c;
+            return a + p2;
+        }
+        case TPU_TERNARY_ADDCDIV: {
+            double p1 = al * b;
+            double q = p1 / c;
+            return a + q;
+        }
+        default: {
+            double d = b - a;
+            return fabs(c) < 0.5 ? fma(c, d, a) : fma(c - 1.0, d, b);
+        }
+        }
+    }
+    double v, al32 = rnd32(al);
+    switch (fn) {
+    case TPU_TERNARY_ADDCMUL: {
+        double p1 = rnd32(al32 * b);
+        double p2 = rnd32(p1 * c);
+        v = rnd32(a + p2);
+        break;
+    }
+    case TPU_TERNARY_ADDCDIV: {
+        double p1 = rnd32(al32 * b);
+        double q = rnd32(p1 / c);
+        v = rnd32(a + q);
+        break;
+    }
+    default: {
+        double d = rnd32(b - a);
+        v = fabs(c) < 0.5 ? fmaf((float)c, (float)d, (float)a)
+                          : fmaf((float)rnd32(c - 1.0), (float)d, (float)b);
+        break;
+    }
+    }
+    return cm == F16 ? t_round_f16(v) : cm == BF16 ? t_round_bf16(v) : v;
+}
+
+/* The expectation for element e of a ternary op (read before any run). */
+static void ex_ternary(const tpu_op *op, int64_t e, ex *x) {
+    const tpu_dtype cm = op->p.ew.common;
+    const unsigned char *p[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < op->n_in; i++)
+        p[i] = t_at(&op->in[i], e);
+    const tpu_scalar other = op->p.ew.other;
+    const double other_f = cm == F64 ? other.f : t_quant((float)other.f, cm);
+    if (op->fn == TPU_TERNARY_WHERE) {
+        /* The condition read as nonzero in its own dtype (NaN true, -0 false). */
+        bool cond = cv_b(p[0], op->in[0].dtype);
+        const unsigned char *src = cond ? p[1] : p[2];
+        tpu_dtype sdt = cond ? op->in[1].dtype : op->in[2].dtype;
+        if (t_is_float(cm)) {
+            x->is_f = true;
+            x->fixed = true;
+            x->hi = src ? cv_f(src, sdt, cm) : other_f;
+        } else if (cm == BOOL) {
+            x->i = src ? cv_b(src, sdt) : other.i != 0;
+        } else {
+            x->i = src ? cv_i(src, sdt, cm) : t_wrap(other.i, cm);
+        }
+        return;
+    }
+    if (t_is_float(cm)) {
+        double a = cv_f(p[0], op->in[0].dtype, cm), b = cv_f(p[1], op->in[1].dtype, cm);
+        double c = p[2] ? cv_f(p[2], op->in[2].dtype, cm) : other_f;
+        x->is_f = true;
+        x->fixed = true;
+        x->hi = tern_expect_f(op->fn, op->p.ew.alpha.f, a, b, c, cm);
+        return;
+    }
+    /* ADDCMUL on integers: wrapping. */
+    uint64_t a = (uint64_t)cv_i(p[0], op->in[0].dtype, cm), b = (uint64_t)cv_i(p[1], op->in[1].dtype, cm);
+    uint64_t c = (uint64_t)(p[2] ? cv_i(p[2], op->in[2].dtype, cm) : t_wrap(other.i, cm));
+    x->i = t_wrap((int64_t)(a + (uint64_t)op->p.ew.alpha.i * b * c), cm);
+}
+
+/* WHERE's condition: half zeros (+0 and -0 for floats), specials (NaN,
+ * inf, the smallest subnormal; integers whose low byte is 0), the rest
+ * random nonzero. */
+static void fill_cond(tpu_tensor *t) {
+    int64_t n = t_numel(t);
+    tpu_dtype dt = t->dtype;
+    for (int64_t e = 0; e < n; e++) {
+        unsigned char *p = t_at(t, e);
+        int r = (int)(t_rand() % 8);
+        if (dt == BOOL) {
+            put_i(p, dt, r < 4 ? 0 : 1);
+        } else if (t_is_float(dt)) {
+            static const double sp[] = {NAN, INFINITY, -INFINITY, 0x1p-149, -0x1p-133, 1e30};
+            double v = r < 2 ? 0.0 : r < 4 ? -0.0 : r == 4 ? sp[t_rand() % 6] : gen_f(DM_ANY);
+            if (r > 4 && v == 0)
+                v = 1;
+            put_f(p, dt, v);
+        } else {
+            static const int64_t sp[] = {256, (int64_t)1 << 32, -1, INT64_MIN, (int64_t)1 << 62, -256};
+            int64_t v = r < 4 ? 0 : r == 4 ? sp[t_rand() % 6] : (int64_t)(t_rand() | 1);
+            if (t_wrap(v, dt) == 0)
+                v = 1; /* keep the 0/nonzero split of what is stored */
+            put_i(p, dt, v);
+        }
+    }
+}
+
+typedef struct {
+    int fn;
+    tpu_dtype cm, odt;
+    tpu_dtype dt[3]; /* in[0] (WHERE: the condition), in[1], in[2] */
+    int ly[3], oly;  /* LY_*; broadcast layouts only for inputs */
+    int n_in;
+    int rows;        /* ROWS; 0: no elements; -1: 0-d */
+    tpu_scalar alpha, other;
+    bool inplace;    /* out is in[0]'s view (dt[0] == odt, ly[0] == oly) */
+} tcase;
+
+/* Defaults: every tensor of common cm, contiguous, three inputs, alpha 1. */
+static tcase tc_make(int fn, tpu_dtype cm) {
+    tcase c;
+    memset(&c, 0, sizeof c);
+    c.fn = fn;
+    c.cm = c.odt = cm;
+    c.dt[0] = fn == TPU_TERNARY_WHERE ? BOOL : cm;
+    c.dt[1] = c.dt[2] = cm;
+    c.n_in = 3;
+    c.rows = ROWS;
+    c.alpha = sc(1, 1);
+    c.other = sc(2.75, 7);
+    return c;
+}
+
+static bool ly_bcast(int ly) {
+    return ly == LY_ROW0 || ly == LY_COL0 || ly == LY_ALL0;
+}
+
+static void run_tcase(const tcase *c, const char *note) {
+    char label[200];
+    snprintf(label, sizeof label,
+             "%s common %s out %s in %s/%s/%s ly %s/%s/%s->%s n_in %d alpha %g/%lld other %g/%lld%s "
+             "%s",
+             tpu_op_fn_name(TPU_OP_TERNARY, c->fn), dt_name(c->cm), dt_name(c->odt), dt_name(c->dt[0]),
+             dt_name(c->dt[1]), c->n_in == 3 ? dt_name(c->dt[2]) : "-", ly_name[c->ly[0]],
+             ly_name[c->ly[1]], c->n_in == 3 ? ly_name[c->ly[2]] : "-",
+             c->inplace ? "in-place" : ly_name[c->oly], c->n_in, c->alpha.f, (long long)c->alpha.i,
+             c->other.f, (long long)c->other.i, c->rows == 0 ? " empty" : c->rows < 0 ? " 0-d" : "",
+             note);
+    /* Specials up front: a x b (c from both), then b x c (a from both). */
+    enum { NF = 2 * N_SPECIALS * N_SPECIALS };
+    int fx[3][NF];
+    for (int e = 0; e < NF; e++) {
+        int h = e / (N_SPECIALS * N_SPECIALS), i = (e / N_SPECIALS) % N_SPECIALS, j = e % N_SPECIALS;
+        fx[0][e] = h == 0 ? i : (3 * i + j) % N_SPECIALS;
+        fx[1][e] = h == 0 ? j : i;
+        fx[2][e] = h == 0 ? (i + j) % N_SPECIALS : j;
+    }
+    int dom[3] = {DM_ANY, DM_ANY, c->fn == TPU_TERNARY_ADDCDIV ? DM_DIVISOR
+                                  : c->fn == TPU_TERNARY_LERP  ? DM_UNIT
+                                                               : DM_ANY};
+    buf in[3], o;
+    int64_t rows = c->rows < 0 ? -1 : c->rows;
+    for (int i = 0; i < c->n_in; i++) {
+        buf_make(&in[i], c->dt[i], rows, COLS, c->ly[i]);
+        if (i == 0 && c->fn == TPU_TERNARY_WHERE)
+            fill_cond(&in[i].t);
+        else
+            fill(&in[i].t, dom[i], fx[i], ly_bcast(c->ly[i]) ? 0 : NF, false);
+        buf_snap(&in[i]);
+    }
+    if (!c->inplace) {
+        buf_make(&o, c->odt, rows, COLS, c->oly);
+        buf_snap(&o);
+    }
+    buf *ob = c->inplace ? &in[0] : &o;
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_TERNARY;
+    op.fn = c->fn;
+    op.n_in = c->n_in;
+    op.out = ob->t;
+    for (int i = 0; i < c->n_in; i++)
+        op.in[i] = in[i].t;
+    op.p.ew.common = c->cm;
+    op.p.ew.alpha = c->alpha;
+    op.p.ew.other = c->other;
+    tpu_status st = tpu_op_check(&op);
+    CHECK_OK(st);
+    if (st == TPU_OK) {
+        int64_t n = t_numel(&op.out);
+        ex *want = calloc((size_t)(n > 0 ? n : 1), sizeof *want);
+        for (int64_t e = 0; e < n; e++)
+            ex_ternary(&op, e, &want[e]);
+        tolspec ts = {0, 0, true};
+        buf *ins[3] = {&in[0], &in[1], &in[2]};
+        run_all(label, &op, ob, ins, c->n_in, want, &ts, &op);
+        free(want);
+    } else {
+        fprintf(stderr, "    %s: %s\n", label, tpu_last_error_message());
+    }
+    for (int i = 0; i < c->n_in; i++)
+        buf_free(&in[i]);
+    if (!c->inplace)
+        buf_free(&o);
+}
+
+/* Parameter sets: alpha for ADDCMUL/ADDCDIV (1, 0.3, -2; integers 1, -2,
+ * 77), none else. */
+static int tern_n_params(int fn) {
+    return fn == TPU_TERNARY_ADDCMUL || fn == TPU_TERNARY_ADDCDIV ? 3 : 1;
+}
+
+static tpu_scalar tern_alpha(int fn, tpu_dtype cm, int k) {
+    static const double af[3] = {1, 0.3, -2};
+    static const int64_t ai[3] = {1, -2, 77};
+    if (fn != TPU_TERNARY_ADDCMUL && fn != TPU_TERNARY_ADDCDIV)
+        return sc(1, 1);
+    return t_is_float(cm) ? sc(af[k], (int64_t)af[k]) : sc(af[k], ai[k]);
+}
+
+/* The scalar c of n_in == 2 cases, k-th choice. */
+static tpu_scalar tern_other(int fn, tpu_dtype cm, int k) {
+    switch (fn) {
+    case TPU_TERNARY_WHERE: {
+        static const double f[4] = {-1.5, NAN, -0.0, 1e6};
+        static const int64_t i[4] = {-7, 300, 0, (int64_t)1 << 40};
+        return cm == BOOL ? sc(0, k % 2) : sc(f[k % 4], i[k % 4]);
+    }
+    case TPU_TERNARY_ADDCMUL: {
+        static const double f[3] = {2.75, -0.1, INFINITY};
+        static const int64_t i[3] = {7, -3, 1000};
+        return sc(f[k % 3], i[k % 3]);
+    }
+    case TPU_TERNARY_ADDCDIV: {
+        static const double f[3] = {2.75, -0.1, 0.0};
+        return sc(f[k % 3], 0);
+    }
+    default: {
+        /* Weights on both sides of 0.5, and at it. */
+        static const double f[8] = {0.3, 0.75, -0.25, 0.5, 1.5, -0.7, 0.49999997, 0.0};
+        return sc(f[k % 8], 0);
+    }
+    }
+}
+enum { N_LERP_W = 8 };
+
+/* Every function, every dtype it takes, every parameter set; n_in 3 and
+ * 2; layouts on f32 and bf16 (f16 and i8: a broadcast too). */
+static void test_ternary_functions(void) {
+    for (int fn = 0; fn < TPU_TERNARY_COUNT; fn++)
+        for (size_t d = 0; d < sizeof k_dtypes / sizeof k_dtypes[0]; d++) {
+            tpu_dtype cm = k_dtypes[d];
+            if (!takes(k_tern_tk[fn], cm))
+                continue;
+            int np = tern_n_params(fn);
+            for (int k = 0; k < np; k++) {
+                tcase c = tc_make(fn, cm);
+                c.alpha = tern_alpha(fn, cm, k);
+                run_tcase(&c, "");
+                tcase c2 = c;
+                c2.n_in = 2;
+                int nother = fn == TPU_TERNARY_LERP ? N_LERP_W : fn == TPU_TERNARY_WHERE ? 4 : 1;
+                for (int j = 0; j < nother; j++) {
+                    c2.other = tern_other(fn, cm, fn == TPU_TERNARY_LERP || fn == TPU_TERNARY_WHERE ? j : k);
+                    run_tcase(&c2, "");
+                }
+                if (cm == F32 || cm == BF16) {
+                    static const int lys[][4] = {
+                        {LY_TRANS, LY_TRANS, LY_TRANS, LY_TRANS},
+                        {LY_TRANS, LY_TRANS, LY_TRANS, LY_CONTIG},
+                        {LY_CONTIG, LY_TRANS, LY_NEG, LY_CONTIG},
+                        {LY_NEG, LY_NEG, LY_NEG, LY_NEG},
+                        {LY_ODD, LY_ODD, LY_ODD, LY_ODD},
+                        {LY_CONTIG, LY_ODD, LY_CONTIG, LY_CONTIG},
+                        {LY_CONTIG, LY_CONTIG, LY_CONTIG, LY_ODD},
+                        {LY_CONTIG, LY_ROW0, LY_COL0, LY_CONTIG},
+                        {LY_ALL0, LY_CONTIG, LY_CONTIG, LY_CONTIG},
+                        {LY_CONTIG, LY_CONTIG, LY_ALL0, LY_CONTIG},
+                        {LY_CONTIG, LY_ALL0, LY_CONTIG, LY_CONTIG},
+                        {LY_ROW0, LY_COL0, LY_ALL0, LY_NEG},
+                        {LY_TRANS, LY_ALL0, LY_ALL0, LY_TRANS},
+                    };
+                    for (size_t l = 0; l < sizeof lys / sizeof lys[0]; l++) {
+                        tcase cl = c;
+                        for (int i = 0; i < 3; i++)
+                            cl.ly[i] = lys[l][i];
+                        cl.oly = lys[l][3];
+                        run_tcase(&cl, "");
+                        if (l == 0 || l == 3 || l == 4 || l == 8) {
+                            cl.n_in = 2;
+                            cl.other = tern_other(fn, cm, 1);
+                            run_tcase(&cl, "");
+                        }
+                    }
+                }
+                if (cm == F16 || cm == I8) {
+                    tcase cb = c;
+                    cb.ly[1] = LY_ROW0;
+                    cb.ly[2] = LY_COL0;
+                    run_tcase(&cb, "");
+                }
+            }
+        }
+    /* WHERE's condition in several dtypes, read as nonzero, not through
+     * common (an i64 256 is true even with common u8 or bool). */
+    static const tpu_dtype conds[] = {BOOL, U8, F32, I64, BF16, F64};
+    static const tpu_dtype cms[] = {F32, F64, F16, BF16, I8, I32, I64, U8, BOOL};
+    for (size_t i = 0; i < sizeof conds / sizeof conds[0]; i++)
+        for (size_t d = 0; d < sizeof cms / sizeof cms[0]; d++) {
+            tcase c = tc_make(TPU_TERNARY_WHERE, cms[d]);
+            c.dt[0] = conds[i];
+            run_tcase(&c, "");
+            if (cms[d] == F32 || cms[d] == I64) {
+                c.n_in = 2;
+                c.other = tern_other(TPU_TERNARY_WHERE, cms[d], (int)i);
+                run_tcase(&c, "");
+                c.n_in = 3;
+                c.ly[0] = LY_TRANS;
+                c.ly[1] = LY_NEG;
+                c.ly[2] = LY_ROW0;
+                run_tcase(&c, "");
+            }
+        }
+}
+
+/* Mixed dtypes through the common dtype: inputs rounded (or wrapped) to
+ * common first; out wider than common (an exact widening). */
+static void test_ternary_mixed(void) {
+    tcase c = tc_make(TPU_TERNARY_ADDCMUL, F16);
+    c.odt = F32;
+    c.dt[0] = F32; /* rounded to f16 first */
+    c.dt[2] = F32;
+    for (int k = 0; k < 3; k++) {
+        c.alpha = tern_alpha(c.fn, F16, k);
+        run_tcase(&c, "mixed");
+    }
+    c = tc_make(TPU_TERNARY_ADDCDIV, F32);
+    c.odt = F64;
+    c.dt[1] = BF16;
+    c.dt[2] = I32; /* i32 divisors: large ones round to f32 */
+    c.alpha = sc(0.3, 0);
+    run_tcase(&c, "mixed");
+    c = tc_make(TPU_TERNARY_ADDCMUL, I8);
+    c.odt = I64;
+    c.dt[0] = I64;
+    c.dt[1] = I32;
+    c.dt[2] = U8;
+    c.alpha = sc(0, 77);
+    run_tcase(&c, "mixed wrap");
+    c.dt[2] = F32; /* floats through int32 to i8 */
+    run_tcase(&c, "mixed wrap");
+    c = tc_make(TPU_TERNARY_LERP, BF16);
+    c.dt[0] = F32;
+    c.dt[2] = F32;
+    run_tcase(&c, "mixed");
+    c = tc_make(TPU_TERNARY_LERP, F64);
+    c.dt[1] = F32;
+    c.dt[2] = F16;
+    run_tcase(&c, "mixed");
+    c = tc_make(TPU_TERNARY_WHERE, F16);
+    c.odt = F32;
+    c.dt[0] = U8;
+    c.dt[1] = F32;
+    c.dt[2] = F64;
+    run_tcase(&c, "mixed");
+    c = tc_make(TPU_TERNARY_WHERE, I32);
+    c.odt = I64;
+    c.dt[0] = F32;
+    c.dt[1] = F32;
+    c.dt[2] = I64;
+    run_tcase(&c, "mixed");
+    c = tc_make(TPU_TERNARY_WHERE, F64);
+    c.dt[0] = I64;
+    c.dt[1] = I64;
+    c.dt[2] = F32;
+    run_tcase(&c, "mixed");
+    c = tc_make(TPU_TERNARY_WHERE, BOOL);
+    c.dt[1] = F32;
+    c.dt[2] = I8;
+    run_tcase(&c, "mixed");
+}
+
+/* In place (out is in[0]'s view), zero-size and 0-d. */
+static void test_ternary_inplace_empty(void) {
+    static const tpu_dtype dts[] = {F32, BF16, I32};
+    for (int fn = 0; fn < TPU_TERNARY_COUNT; fn++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+            if (!takes(k_tern_tk[fn], dts[d]))
+                continue;
+            tcase c = tc_make(fn, dts[d]);
+            c.dt[0] = dts[d]; /* WHERE: the condition is out */
+            c.alpha = tern_alpha(fn, dts[d], 1);
+            c.inplace = true;
+            run_tcase(&c, "");
+            c.n_in = 2;
+            c.other = tern_other(fn, dts[d], 0);
+            run_tcase(&c, "");
+            if (dts[d] == F32) {
+                c.ly[0] = c.oly = LY_TRANS;
+                c.ly[1] = LY_ALL0;
+                run_tcase(&c, "");
+            }
+        }
+    static const tpu_dtype dts2[] = {F32, F64, BF16, I32, BOOL};
+    for (int fn = 0; fn < TPU_TERNARY_COUNT; fn++)
+        for (size_t d = 0; d < sizeof dts2 / sizeof dts2[0]; d++) {
+            if (!takes(k_tern_tk[fn], dts2[d]))
+                continue;
+            for (int rows = -1; rows <= 0; rows++)
+                for (int n_in = 2; n_in <= 3; n_in++) {
+                    tcase c = tc_make(fn, dts2[d]);
+                    c.rows = rows;
+                    c.n_in = n_in;
+                    c.alpha = tern_alpha(fn, dts2[d], 2);
+                    c.other = tern_other(fn, dts2[d], 1);
+                    run_tcase(&c, "");
+                }
+        }
+}
+
+/* tpu_op_check: every function against every common dtype; n_in 1 and 4;
+ * the named refusals. */
+static void test_ternary_refusals(void) {
+    unsigned char mem[96];
+    memset(mem, 0, sizeof mem);
+    tpu_tensor t = {.data = mem, .sizes = {2}, .strides = {1}, .ndim = 1, .dtype = F32,
+                    .storage = mem, .storage_nbytes = 32};
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_TERNARY;
+    op.n_in = 3;
+    op.in[0] = op.in[1] = op.in[2] = t;
+    op.out = t;
+    op.out.data = op.out.storage = mem + 48;
+    op.out.storage_nbytes = 48;
+    op.p.ew.alpha = sc(1, 1);
+    CHECK(tpu_op_fn_count(TPU_OP_TERNARY) == TPU_TERNARY_COUNT);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_TERNARY, TPU_TERNARY_COUNT), "invalid") == 0);
+    static const char *names[] = {"where", "addcmul", "addcdiv", "lerp"};
+    for (int f = 0; f < TPU_TERNARY_COUNT; f++) {
+        CHECK(strcmp(tpu_op_fn_name(TPU_OP_TERNARY, f), names[f]) == 0);
+        for (int d = 0; d < TPU_DTYPE_COUNT; d++)
+            for (int n_in = 2; n_in <= 3; n_in++) {
+                tpu_dtype dt = (tpu_dtype)d;
+                op.fn = f;
+                op.n_in = n_in;
+                op.in[0].dtype = f == TPU_TERNARY_WHERE ? BOOL : dt;
+                op.in[1].dtype = op.in[2].dtype = op.out.dtype = dt;
+                op.p.ew.common = dt;
+                bool want = takes(k_tern_tk[f], dt);
+                tpu_status st = tpu_op_check(&op);
+                CHECK(want ? st == TPU_OK : st == TPU_ERR_UNSUPPORTED_DTYPE);
+                CHECK(tpu_op_fn_takes(TPU_OP_TERNARY, f, dt) == want);
+                if ((st == TPU_OK) != want)
+                    fprintf(stderr, "    check of %s with common %s n_in %d: %s (%s)\n", names[f],
+                            dt_name(dt), n_in, tpu_status_str(st), tpu_last_error_message());
+                else if (!want)
+                    CHECK_CONTAINS(tpu_last_error_message(), names[f]);
+            }
+    }
+    op.in[0].dtype = op.in[1].dtype = op.in[2].dtype = op.out.dtype = op.p.ew.common = F32;
+    /* The named refusals. */
+    static const struct {
+        int fn;
+        tpu_dtype dt;
+    } bad[] = {{TPU_TERNARY_ADDCDIV, I32}, {TPU_TERNARY_ADDCDIV, I64}, {TPU_TERNARY_ADDCDIV, U8},
+               {TPU_TERNARY_ADDCDIV, BOOL}, {TPU_TERNARY_LERP, I8}, {TPU_TERNARY_LERP, I32},
+               {TPU_TERNARY_LERP, BOOL},  {TPU_TERNARY_ADDCMUL, BOOL}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        op.fn = bad[i].fn;
+        op.n_in = 3;
+        op.in[0].dtype = op.in[1].dtype = op.in[2].dtype = op.out.dtype = op.p.ew.common = bad[i].dt;
+        CHECK_STATUS(tpu_op_check(&op), TPU_ERR_UNSUPPORTED_DTYPE);
+        CHECK_CONTAINS(tpu_last_error_message(), names[bad[i].fn]);
+        /* Float tensors do not make an integer common acceptable. */
+        op.in[0].dtype = op.in[1].dtype = op.in[2].dtype = op.out.dtype = F32;
+        CHECK_STATUS(tpu_op_check(&op), TPU_ERR_UNSUPPORTED_DTYPE);
+    }
+    /* Arity: 2 or 3 inputs. */
+    op.in[0].dtype = op.in[1].dtype = op.in[2].dtype = op.out.dtype = op.p.ew.common = F32;
+    for (int f = 0; f < TPU_TERNARY_COUNT; f++) {
+        op.fn = f;
+        op.in[0].dtype = f == TPU_TERNARY_WHERE ? BOOL : F32;
+        for (int n_in = 0; n_in <= 4; n_in++) {
+            op.n_in = n_in;
+            tpu_status st = tpu_op_check(&op);
+            if (n_in == 2 || n_in == 3) {
+                CHECK_OK(st);
+            } else {
+                CHECK_STATUS(st, TPU_ERR_INVALID_ARG);
+                CHECK_CONTAINS(tpu_last_error_message(), "n_in");
+            }
+        }
+    }
+    op.in[0].dtype = F32;
+    op.n_in = 3;
+    op.fn = TPU_TERNARY_COUNT;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_INVALID_ARG);
+    op.fn = -1;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_INVALID_ARG);
+    op.fn = TPU_TERNARY_ADDCMUL;
+    op.p.ew.common = (tpu_dtype)99;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_INVALID_ARG);
+    op.p.ew.common = F32;
+    /* in[2] of other sizes than out: refused. */
+    op.in[2].sizes[0] = 3;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_SHAPE);
+    op.in[2].sizes[0] = 2;
+    /* out overlapping in[1] without being the same view: refused. */
+    op.out = t;
+    op.out.data = mem + 4;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_INVALID_ARG);
+    /* out as the same view as in[0]: allowed (in place). */
+    op.out = t;
+    op.in[1].data = mem + 16;
+    op.in[2].data = mem + 16;
+    op.in[2].sizes[0] = 2;
+    op.in[1].storage = op.in[2].storage = mem;
+    CHECK_OK(tpu_op_check(&op));
+}
+
 int main(void) {
     test_refusals();
+    test_ternary_refusals();
     test_functions();
     test_mixed();
     test_inplace();
     test_empty_and_scalar();
+    test_ternary_functions();
+    test_ternary_mixed();
+    test_ternary_inplace_empty();
     tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
     tpu_kernels_set_reference(false);
     printf("%d element-wise cases\n", g_cases);

@@ -76,6 +76,7 @@ typedef enum {
     TPU_OP_BINARY,   /* out = fn(in[0], b), element-wise; tpu_binary_fn, p.ew */
     TPU_OP_TERNARY,  /* out = fn(in[0], in[1], c), element-wise; tpu_ternary_fn, p.ew */
     TPU_OP_REDUCE,   /* out = fn of in[0] over the dims in p.reduce.mask; tpu_reduce_fn */
+    TPU_OP_SOFTMAX,  /* softmax family along one dim; tpu_softmax_fn, p.softmax */
     TPU_OP_MATMUL,   /* matrix products; tpu_matmul_fn, p.mm */
     TPU_OP_RANDOM,   /* out drawn from a distribution; tpu_random_fn, p.rand */
     TPU_OP_COUNT
@@ -191,7 +192,8 @@ typedef enum {
 } tpu_binary_fn;
 
 /* TERNARY functions of a = in[0], b = in[1] and c (in[2], or p.ew.other
- * when n_in == 2), converted to p.ew.common as for BINARY. */
+ * when n_in == 2), converted to p.ew.common as for BINARY. A NaN result
+ * of ADDCMUL, ADDCDIV or LERP is the positive quiet NaN. */
 typedef enum {
     TPU_TERNARY_WHERE = 0, /* a != 0 ? b : c; a (the condition) is read as bool, not through common; any */
     TPU_TERNARY_ADDCMUL,   /* a + alpha * b * c, in that order ((alpha b) c); integers wrap; not bool */
@@ -206,6 +208,19 @@ typedef enum {
     TPU_REDUCE_MEAN,    /* sum / count; float out; NaN over zero elements */
     TPU_REDUCE_COUNT
 } tpu_reduce_fn;
+
+/* SOFTMAX functions, along dim d = p.softmax.dim of in[0] (every "row",
+ * the elements that differ only in dim d, independently). out has
+ * in[0]'s sizes; float dtypes; compute in f32 for f32/f16/bf16 (an f16
+ * input may give an f32 out: half_to_float), f64 for f64, each row's max
+ * and sum in f64. */
+typedef enum {
+    TPU_SOFTMAX_FORWARD = 0,   /* exp(x - max) / sum exp(x - max) */
+    TPU_SOFTMAX_LOG,           /* x - max - log(sum exp(x - max)) */
+    TPU_SOFTMAX_BACKWARD,      /* in[0] = grad g, in[1] = softmax y: y (g - sum g y) */
+    TPU_SOFTMAX_LOG_BACKWARD,  /* in[0] = grad g, in[1] = log_softmax y: g - exp(y) sum g */
+    TPU_SOFTMAX_COUNT
+} tpu_softmax_fn;
 
 /* MATMUL functions. */
 typedef enum {
@@ -272,6 +287,11 @@ typedef struct tpu_op {
         struct {
             uint32_t mask;
         } reduce;
+        /* SOFTMAX: the dim, 0 <= dim < in[0].ndim (a 0-d tensor is
+         * described as 1-d of size 1). */
+        struct {
+            int32_t dim;
+        } softmax;
         /* MATMUL: in[0] is [M,K], in[1] is [K,N], out and in[2] are
          * [M,N] (in[2] may have zero strides). All operands share a dtype
          * in {f32, f64, f16, bf16}. */

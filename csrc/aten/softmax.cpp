@@ -1,0 +1,77 @@
+// softmax and log_softmax with their backwards as TPU_OP_SOFTMAX records,
+// on PyTorch's structured metas (shape, dtype and argument checks as for
+// CPU and CUDA). half_to_float (an f16 input with an f32 result, which
+// CUDA supports and PyTorch's CPU backend does not) works.
+#include <ATen/WrapDimUtils.h>
+#include <ATen/ops/_log_softmax_backward_data_meta.h>
+#include <ATen/ops/_log_softmax_meta.h>
+#include <ATen/ops/_softmax_backward_data_meta.h>
+#include <ATen/ops/_softmax_meta.h>
+#include <torch/library.h>
+
+#include "core/glue.h"
+#include "core/structured.h"
+
+namespace torch_tpu {
+namespace {
+
+// Submits fn along `dim` of `in` (and `in2` for backward) into out; a
+// 0-dim tensor is a row of one element.
+void run(tpu_softmax_fn fn, const char* name, const at::Tensor& out, const at::Tensor& in, const at::Tensor* in2,
+         int64_t dim) {
+  if (out.numel() == 0) return;
+  auto as_row = [](const at::Tensor& t) { return t.dim() == 0 ? t.view({1}) : t; };
+  const at::Tensor o = as_row(out), x = as_row(in);
+  tpu_op op{};
+  op.code = TPU_OP_SOFTMAX;
+  op.fn = fn;
+  op.n_in = in2 != nullptr ? 2 : 1;
+  op.out = describe(o, name);
+  op.in[0] = describe(x, name);
+  if (in2 != nullptr) op.in[1] = describe(as_row(*in2), name);
+  op.p.softmax.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, x.dim()));
+  submit(out.device().index(), op, name);
+}
+
+template <tpu_softmax_fn Fn>
+void forward_kernel(at::impl::MetaBase& meta, const at::Tensor& self, int64_t dim, bool) {
+  run(Fn, Fn == TPU_SOFTMAX_LOG ? "aten::_log_softmax" : "aten::_softmax", meta.maybe_get_output(0), self, nullptr,
+      dim);
+}
+
+template <tpu_softmax_fn Fn>
+void backward_kernel(at::impl::MetaBase& meta, const at::Tensor& grad, const at::Tensor& output, int64_t dim,
+                     at::ScalarType) {
+  run(Fn, Fn == TPU_SOFTMAX_LOG_BACKWARD ? "aten::_log_softmax_backward_data" : "aten::_softmax_backward_data",
+      meta.maybe_get_output(0), grad, &output, dim);
+}
+
+using T = const at::Tensor&;
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_softmax", structured_functional<at::meta::structured__softmax, &forward_kernel<TPU_SOFTMAX_FORWARD>,
+                                           "aten::_softmax", T, int64_t, bool>);
+  m.impl("_softmax.out", structured_out<at::meta::structured__softmax, &forward_kernel<TPU_SOFTMAX_FORWARD>,
+                                        "aten::_softmax", T, int64_t, bool>);
+  m.impl("_log_softmax", structured_functional<at::meta::structured__log_softmax, &forward_kernel<TPU_SOFTMAX_LOG>,
+                                               "aten::_log_softmax", T, int64_t, bool>);
+  m.impl("_log_softmax.out", structured_out<at::meta::structured__log_softmax, &forward_kernel<TPU_SOFTMAX_LOG>,
+                                            "aten::_log_softmax", T, int64_t, bool>);
+  m.impl("_softmax_backward_data",
+         structured_functional<at::meta::structured__softmax_backward_data, &backward_kernel<TPU_SOFTMAX_BACKWARD>,
+                               "aten::_softmax_backward_data", T, T, int64_t, at::ScalarType>);
+  m.impl("_softmax_backward_data.out",
+         structured_out<at::meta::structured__softmax_backward_data, &backward_kernel<TPU_SOFTMAX_BACKWARD>,
+                        "aten::_softmax_backward_data", T, T, int64_t, at::ScalarType>);
+  m.impl("_log_softmax_backward_data",
+         structured_functional<at::meta::structured__log_softmax_backward_data,
+                               &backward_kernel<TPU_SOFTMAX_LOG_BACKWARD>, "aten::_log_softmax_backward_data", T, T,
+                               int64_t, at::ScalarType>);
+  m.impl("_log_softmax_backward_data.out",
+         structured_out<at::meta::structured__log_softmax_backward_data, &backward_kernel<TPU_SOFTMAX_LOG_BACKWARD>,
+                        "aten::_log_softmax_backward_data", T, T, int64_t, at::ScalarType>);
+}
+
+}  // namespace torch_tpu
