@@ -10,7 +10,7 @@ BUILD ?= build/c
 # float-cast-overflow: GCC's `undefined` leaves out out-of-range float -> int casts.
 SAN_FLAGS := -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=all -O1
 
-OPT ?= -O2
+OPT ?= -O3
 CFLAGS := -std=c11 -Wall -Wextra -Werror $(OPT) -fvisibility=hidden -pthread -Isrc/include $(EXTRA_CFLAGS)
 LDFLAGS := -pthread $(EXTRA_LDFLAGS)
 LDLIBS := -lm

@@ -12,7 +12,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 ROOT = os.path.dirname(os.path.abspath(__file__))
 C_SOURCES = sorted(glob.glob("src/runtime/*.c") + glob.glob("src/kernels/*.c"))
 CXX_SOURCES = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
-C_FLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
+C_FLAGS = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
 
 setup(
     libraries=[

@@ -50,6 +50,18 @@ def cases():
         ("copy f32->bf16, 4M", lambda d: (big.to(d), None), lambda x, _: x.to(torch.bfloat16)),
         ("transpose copy f32, 2048x2048", lambda d: (mat.to(d), None), lambda x, _: x.t().contiguous()),
         ("normal_ f32, 4M", lambda d: (big.to(d), None), lambda x, _: x.normal_()),
+        ("exp f32, 4M", lambda d: (big.to(d), None), lambda x, _: torch.exp(x)),
+        ("tanh f32, 4M", lambda d: (big.to(d), None), lambda x, _: torch.tanh(x)),
+        ("gelu f32, 4M", lambda d: (big.to(d), None), lambda x, _: torch.nn.functional.gelu(x)),
+        ("gelu tanh bf16, 4M", lambda d: (big.bfloat16().to(d), None),
+         lambda x, _: torch.nn.functional.gelu(x, approximate="tanh")),
+        ("silu f32, 4M", lambda d: (big.to(d), None), lambda x, _: torch.nn.functional.silu(x)),
+        ("relu f32, 4M", lambda d: (big.to(d), None), lambda x, _: torch.relu(x)),
+        ("gt f32, 4M", lambda d: (big.to(d), None), lambda x, _: x > 0.5),
+        ("where f32, 4M", lambda d: (big.to(d), big.to(d)), lambda x, y: torch.where(x > 0, x, y)),
+        ("addcmul_ f32, 4M", lambda d: (big.to(d), big.to(d)), lambda x, y: x.addcmul_(y, y, value=0.1)),
+        ("softmax f32, 2048x2048", lambda d: (mat.to(d), None), lambda x, _: torch.softmax(x, -1)),
+        ("log_softmax f32 dim=0, 2048x2048", lambda d: (mat.to(d), None), lambda x, _: torch.log_softmax(x, 0)),
     ]
 
 

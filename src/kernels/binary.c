@@ -565,8 +565,48 @@ static bool flat_ok(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
     return false;
 }
 
-/* Fast path: f32/f16/bf16 operands (aligned), a float-result function
- * and out in the common dtype. If out is dense and the inputs are laid
+/* The -> bool functions over a flat run of f32 values (steps 1 or 0),
+ * the function chosen once per chunk. */
+#define CMP_LOOP(expr)                                                                             \
+    for (int64_t i = 0; i < len; i++) {                                                            \
+        const float x = fa[i * as], y = fb[i * bs];                                                \
+        dst[i] = (uint8_t)(expr);                                                                  \
+    }                                                                                              \
+    break
+
+static void cmp_chunk(tpu_binary_fn fn, uint8_t *dst, const float *fa, int64_t as, const float *fb,
+                      int64_t bs, int64_t len) {
+    switch (fn) {
+    case TPU_BINARY_EQ: CMP_LOOP(x == y);
+    case TPU_BINARY_NE: CMP_LOOP(x != y);
+    case TPU_BINARY_LT: CMP_LOOP(x < y);
+    case TPU_BINARY_LE: CMP_LOOP(x <= y);
+    case TPU_BINARY_GT: CMP_LOOP(x > y);
+    case TPU_BINARY_GE: CMP_LOOP(x >= y);
+    case TPU_BINARY_LOGICAL_AND: CMP_LOOP(x != 0.0f && y != 0.0f);
+    case TPU_BINARY_LOGICAL_OR: CMP_LOOP(x != 0.0f || y != 0.0f);
+    default: CMP_LOOP((x != 0.0f) != (y != 0.0f)); /* LOGICAL_XOR */
+    }
+}
+
+/* Comparisons and logical functions of f32/f16/bf16 operands into a dense
+ * bool out, inputs laid out like it or broadcast scalars: staged through
+ * f32 chunks as the arithmetic path is. */
+static void cmp_flat(const bin_ctx *c, uint8_t *o, run_in a, run_in b, bool b_raw, int64_t n) {
+    float abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK];
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        const float *fa = tpu_k_ew_stage_f32(a.p + off * a.step * (int64_t)tpu_dtype_size(a.dt), a.dt,
+                                             a.step, len, c->common, abuf);
+        const float *fb = tpu_k_ew_stage_f32(b.p + off * b.step * (int64_t)tpu_dtype_size(b.dt), b.dt,
+                                             b.step, len, b_raw ? b.dt : c->common, bbuf);
+        cmp_chunk(c->fn, o + off, fa, a.step, fb, b.step, len);
+    }
+}
+
+/* Fast path: comparisons and logical functions into a dense bool out
+ * (cmp_flat); and f32/f16/bf16 operands (aligned), a float-result
+ * function and out in the common dtype. If out is dense and the inputs are laid
  * out like it or broadcast scalars, the op runs over flat memory; else,
  * if the coalesced shape has out contiguous in its last dim and each
  * input contiguous or broadcast there (a row or column broadcast), it
@@ -578,9 +618,25 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     const bool b_raw = op->p.ew.b_opmath;
     /* The scalar operand, as the reference reads it. */
     const float other = b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common);
-    if (o->dtype != c.common || tpu_k_ew_compute_of(c.common) != EW_F32 ||
-        tpu_k_fn_row_of(op)->to_bool || !run_dtype_ok(o) || !run_dtype_ok(ta) ||
-        (tb && !run_dtype_ok(tb)))
+    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
+    if (to_bool && o->dtype == TPU_DTYPE_BOOL && tpu_k_ew_compute_of(c.common) == EW_F32 &&
+        run_dtype_ok(ta) && (!tb || run_dtype_ok(tb)) && tpu_k_is_dense(o)) {
+        run_in a = {ta->data, ta->dtype, 1};
+        run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
+                      : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
+        if (flat_ok(ta, o, &a.step) && (!tb || flat_ok(tb, o, &b.step))) {
+            int64_t start, end;
+            tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+            if (start >= end)
+                return TPU_OK;
+            a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
+            b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
+            cmp_flat(&c, (uint8_t *)o->data + start, a, b, b_raw || !tb, end - start);
+            return TPU_OK;
+        }
+    }
+    if (o->dtype != c.common || tpu_k_ew_compute_of(c.common) != EW_F32 || to_bool ||
+        !run_dtype_ok(o) || !run_dtype_ok(ta) || (tb && !run_dtype_ok(tb)))
         return tpu_k_binary_ref(op, ith, nth);
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);

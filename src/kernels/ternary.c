@@ -133,10 +133,33 @@ static bool flat_f32(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
  * out like a dense f32 out (the optimizers' case), as flat loops with the
  * function chosen once; the bytes are the reference's. The rest goes to
  * the reference. */
+/* WHERE with a dense bool condition laid out like a dense f32 out and f32
+ * values laid out like it or broadcast: a select per element. */
+static bool where_f32(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *cond = &op->in[0];
+    int64_t sb, sc = 0;
+    if (op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(o) ||
+        !tpu_k_is_dense(o) || cond->dtype != TPU_DTYPE_BOOL || !tpu_k_same_layout(cond, o) ||
+        !flat_f32(&op->in[1], o, &sb) || (op->n_in == 3 && !flat_f32(&op->in[2], o, &sc)))
+        return false;
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    const float other = (float)op->p.ew.other.f;
+    const uint8_t *m = (const uint8_t *)cond->data + start;
+    const float *b = (const float *)op->in[1].data + start * sb;
+    const float *c = op->n_in == 3 ? (const float *)op->in[2].data + start * sc : &other;
+    float *out = (float *)o->data + start;
+    for (int64_t i = 0; i < end - start; i++)
+        out[i] = m[i] ? b[i * sb] : c[i * sc];
+    return true;
+}
+
 tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
     int64_t sa, sb, sc = 0;
+    if (fn == TPU_TERNARY_WHERE && where_f32(op, ith, nth))
+        return TPU_OK;
     if (fn == TPU_TERNARY_WHERE || op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 ||
         !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) || !flat_f32(&op->in[0], o, &sa) ||
         !flat_f32(&op->in[1], o, &sb) || (op->n_in == 3 && !flat_f32(&op->in[2], o, &sc)))

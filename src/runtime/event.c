@@ -203,7 +203,7 @@ tpu_status tpu_event_elapsed_ms(tpu_event *start, tpu_event *end, double *ms) {
         return st;
     if (!ms)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_event_elapsed_ms: ms is NULL");
-    snapshot a, b;
+    snapshot a = {0}, b = {0}; /* zeroed: -O3 cannot see that an error return skips their use */
     if ((st = completed_snapshot(start, "start", &a)) != TPU_OK ||
         (st = completed_snapshot(end, "end", &b)) != TPU_OK)
         return st;

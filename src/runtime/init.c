@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "runtime_internal.h"
@@ -111,18 +112,12 @@ static bool parse_bytes(const char *s, uint64_t *out) {
 static bool parse_bool(const char *s, bool *out) {
     static const char *const yes[] = {"1", "true", "yes", "on"};
     static const char *const no[] = {"0", "false", "no", "off"};
-    char low[8];
-    size_t n = strlen(s);
-    if (n >= sizeof low)
-        return false;
-    for (size_t i = 0; i <= n; i++)
-        low[i] = (char)tolower((unsigned char)s[i]);
     for (size_t i = 0; i < 4; i++) {
-        if (strcmp(low, yes[i]) == 0) {
+        if (strcasecmp(s, yes[i]) == 0) {
             *out = true;
             return true;
         }
-        if (strcmp(low, no[i]) == 0) {
+        if (strcasecmp(s, no[i]) == 0) {
             *out = false;
             return true;
         }
