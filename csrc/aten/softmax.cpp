@@ -22,6 +22,17 @@ void run(tpu_softmax_fn fn, const char* name, const at::Tensor& out, const at::T
   if (out.numel() == 0) return;
   auto as_row = [](const at::Tensor& t) { return t.dim() == 0 ? t.view({1}) : t; };
   const at::Tensor o = as_row(out), x = as_row(in);
+  const int64_t d = at::maybe_wrap_dim(dim, x.dim());
+  if (x.stride(d) != 1 && x.size(d) > 1) {
+    // The kernel's rows are fastest when contiguous: move the dim last
+    // (a blocked transpose copy), run there, and copy the result back.
+    at::Tensor xt = x.movedim(d, -1).contiguous();
+    at::Tensor yt = in2 != nullptr ? as_row(*in2).movedim(d, -1).contiguous() : at::Tensor();
+    at::Tensor ot = at::empty(xt.sizes(), o.options());
+    run(fn, name, ot, xt, in2 != nullptr ? &yt : nullptr, -1);
+    o.copy_(ot.movedim(-1, d));  // a transposed source: the copy's blocked path
+    return;
+  }
   tpu_op op{};
   op.code = TPU_OP_SOFTMAX;
   op.fn = fn;
@@ -29,7 +40,7 @@ void run(tpu_softmax_fn fn, const char* name, const at::Tensor& out, const at::T
   op.out = describe(o, name);
   op.in[0] = describe(x, name);
   if (in2 != nullptr) op.in[1] = describe(as_row(*in2), name);
-  op.p.softmax.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, x.dim()));
+  op.p.softmax.dim = static_cast<int32_t>(d);
   submit(out.device().index(), op, name);
 }
 

@@ -66,7 +66,8 @@ static void tb_make(tbuf *b, tpu_dtype dt, int ndim, const int64_t *sizes, int l
     }
     if (layout == L_NEG && ndim > 0) {
         b->t.strides[0] = -b->t.strides[0];
-        b->t.strides[ndim - 1] = -b->t.strides[ndim - 1];
+        if (ndim > 1) /* a 1-d tensor's one stride is negated once */
+            b->t.strides[ndim - 1] = -b->t.strides[ndim - 1];
     }
     if (layout == L_BCAST && ndim > 0)
         b->t.strides[0] = 0;

@@ -211,9 +211,10 @@ typedef enum {
 
 /* SOFTMAX functions, along dim d = p.softmax.dim of in[0] (every "row",
  * the elements that differ only in dim d, independently). out has
- * in[0]'s sizes; float dtypes; compute in f32 for f32/f16/bf16 (an f16
- * input may give an f32 out: half_to_float), f64 for f64, each row's max
- * and sum in f64. */
+ * in[0]'s sizes; any float dtypes (an f16 input may give an f32 out:
+ * half_to_float). The reference computes each row in f64 and rounds each
+ * output once; the fast path (contiguous f32 rows) computes in f32 with
+ * f64 sums, within a few f32 ulps of it. */
 typedef enum {
     TPU_SOFTMAX_FORWARD = 0,   /* exp(x - max) / sum exp(x - max) */
     TPU_SOFTMAX_LOG,           /* x - max - log(sum exp(x - max)) */
