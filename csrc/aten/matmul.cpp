@@ -1,4 +1,4 @@
-// mm and addmm (functional, out= and in-place) as TPU_OP_MATMUL records
+// mm, addmm and bmm (functional, out= and in-place) as TPU_OP_MATMUL
 // records. f32 operands follow torch.set_float32_matmul_precision: highest
 // is full f32, high and medium use the matrix unit's bf16 passes.
 // Integer matrices have no native kernel and take the CPU fallback.
@@ -6,11 +6,14 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/bmm_meta.h>
+#include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/mm_ops.h>
 #include <torch/library.h>
 
 #include "core/fallback.h"
 #include "core/glue.h"
+#include "core/structured.h"
 
 namespace torch_tpu {
 namespace {
@@ -139,9 +142,45 @@ at::Tensor& addmm_(at::Tensor& self, const at::Tensor& a, const at::Tensor& b, c
   return self;
 }
 
+// bmm: PyTorch's structured meta checks the operands and allocates (or
+// resizes) out; each batch is one MATMUL record (a batched record with a
+// batch dim in the kernel is future work). Through a temporary when out
+// aliases an input.
+void bmm_batches(const char* name, const at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (out.numel() == 0) return;
+  if (a.size(2) == 0) {  // an empty inner dim: the product is zero
+    out.zero_();
+    return;
+  }
+  const bool aliased = out.is_alias_of(a) || out.is_alias_of(b);
+  at::Tensor dst = aliased ? at::empty(out.sizes(), out.options()) : out;
+  for (int64_t i = 0; i < a.size(0); i++) run(name, dst[i], a[i], b[i], at::Tensor(), 0, 1);
+  if (aliased) copy_tensor(out, dst, false);
+}
+
+at::Tensor bmm(const at::Tensor& a, const at::Tensor& b) {
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::bmm>::call(a, b);
+  Structured<at::meta::structured_bmm> op(OutputKind::Functional, nullptr, "aten::bmm");
+  op.meta(a, b);
+  bmm_batches("aten::bmm", op.output_, a, b);
+  return std::move(op.output_);
+}
+
+at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
+  if (!native_dtype(a.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::bmm_out>::call(a, b, out);
+  Structured<at::meta::structured_bmm> op(OutputKind::Out, &out, "aten::bmm");
+  op.meta(a, b);
+  bmm_batches("aten::bmm.out", out, a, b);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("bmm", bmm);
+  m.impl("bmm.out", bmm_out);
   m.impl("mm", mm);
   m.impl("mm.out", mm_out);
   m.impl("addmm", addmm);
