@@ -228,7 +228,8 @@ tpu_scalar opmath_arg(const c10::Scalar& s) { return tpu_scalar{s.toDouble(), s.
 // A parameter converted to the common dtype first, as PyTorch's kernels
 // read clamp bounds and threshold values (scalar_t, not opmath).
 tpu_scalar common_arg(const at::TensorIteratorBase& iter, const c10::Scalar& s) {
-  return to_tpu_scalar(s, iter.common_dtype(), /*checked=*/false);
+  // Converted with PyTorch's overflow check (clamp(uint8, -5, 300) raises).
+  return to_tpu_scalar(s, iter.common_dtype(), /*checked=*/true);
 }
 
 void softplus_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& beta,
@@ -353,8 +354,9 @@ void addc_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tens
 
 void lerp_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
                         const c10::Scalar& weight) {
-  EwParams p;
+  EwParams p;  // the weight in the compute type, unrounded, as the CPU kernel reads it
   p.other = to_tpu_scalar(weight, at::toOpMathType(iter.common_dtype()), /*checked=*/false);
+  p.b_opmath = true;
   submit_iterator(iter, TPU_OP_TERNARY, TPU_TERNARY_LERP, p);
 }
 
@@ -373,6 +375,8 @@ void pow_scalar_kernel(at::TensorIteratorBase& iter, const at::Tensor& self, con
     iter.output(0).copy_(self);
     return;
   }
+  // The exponent must fit the common dtype, as PyTorch checks (int32 ** 2**40 raises).
+  (void)to_tpu_scalar(exponent, iter.common_dtype(), /*checked=*/true);
   EwParams p;
   p.other = to_tpu_scalar(exponent, at::toOpMathType(iter.common_dtype()), /*checked=*/false);
   p.b_opmath = true;
@@ -539,6 +543,20 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, T mask, T value) {
   return masked_fill_with(self, mask, value.to(self.device(), self.scalar_type()));
 }
 
+// hardtanh is clamp(self, min, max), as in PyTorch, which refuses bool.
+at::Tensor hardtanh(T self, S min, S max) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  return at::clamp(self, min, max);
+}
+at::Tensor& hardtanh_(at::Tensor& self, S min, S max) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  return at::clamp_(self, min, max);
+}
+at::Tensor& hardtanh_out(T self, S min, S max, at::Tensor& out) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
+  return at::clamp_out(out, self, min, max);
+}
+
 // relu is clamp_min(self, 0), as in PyTorch, which refuses bool first.
 at::Tensor relu(T self) {
   TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
@@ -606,6 +624,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp.out", clamp_out);
   m.impl("isnan", isnan);
   m.impl("isinf", isinf);
+  m.impl("hardtanh", hardtanh);
+  m.impl("hardtanh_", hardtanh_);
+  m.impl("hardtanh.out", hardtanh_out);
   m.impl("relu", relu);
   m.impl("relu_", relu_);
   TPU_STRUCTURED(m, "threshold", structured_threshold, &threshold_kernel, T, S, S);

@@ -19,7 +19,18 @@ namespace {
 // 0-dim tensor is a row of one element.
 void run(tpu_softmax_fn fn, const char* name, const at::Tensor& out, const at::Tensor& in, const at::Tensor* in2,
          int64_t dim) {
+  for (const at::Tensor* t : {&in, in2})
+    if (t != nullptr)
+      TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t->scalar_type()), "\"", name, "\" not implemented for '",
+                                  t->scalar_type(), "'");
   if (out.numel() == 0) return;
+  if (out.is_alias_of(in) || (in2 != nullptr && out.is_alias_of(*in2))) {
+    // out= an input (as PyTorch allows): compute aside, then store.
+    at::Tensor tmp = at::empty(out.sizes(), out.options());
+    run(fn, name, tmp, in, in2, dim);
+    out.copy_(tmp);
+    return;
+  }
   auto as_row = [](const at::Tensor& t) { return t.dim() == 0 ? t.view({1}) : t; };
   const at::Tensor o = as_row(out), x = as_row(in);
   const int64_t d = at::maybe_wrap_dim(dim, x.dim());
@@ -45,7 +56,9 @@ void run(tpu_softmax_fn fn, const char* name, const at::Tensor& out, const at::T
 }
 
 template <tpu_softmax_fn Fn>
-void forward_kernel(at::impl::MetaBase& meta, const at::Tensor& self, int64_t dim, bool) {
+void forward_kernel(at::impl::MetaBase& meta, const at::Tensor& self, int64_t dim, bool half_to_float) {
+  // As CUDA, the one backend that has it.
+  TORCH_CHECK(!half_to_float || self.scalar_type() == at::kHalf, "conversion is supported for Half type only");
   run(Fn, Fn == TPU_SOFTMAX_LOG ? "aten::_log_softmax" : "aten::_softmax", meta.maybe_get_output(0), self, nullptr,
       dim);
 }

@@ -90,7 +90,9 @@ tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth) {
         switch (tpu_k_ew_compute_of(cm)) {
         case EW_F32: {
             float a = tpu_k_ew_load_f32(pa, ta->dtype, cm), b = tpu_k_ew_load_f32(pb, tb->dtype, cm);
-            float c = pc ? tpu_k_ew_load_f32(pc, tc->dtype, cm) : tpu_k_round_to((float)other.f, cm);
+            float c = pc                     ? tpu_k_ew_load_f32(pc, tc->dtype, cm)
+                      : op->p.ew.b_opmath ? (float)other.f
+                                          : tpu_k_round_to((float)other.f, cm);
             tpu_k_store_f32(po, odt, tpu_k_round_to(tern_f32(fn, (float)alpha.f, a, b, c), cm));
             break;
         }
@@ -166,6 +168,7 @@ tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
         return tpu_k_ternary_ref(op, ith, nth);
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    /* common is f32 here: the scalar c needs no rounding either way. */
     const float other = (float)op->p.ew.other.f, alpha = (float)op->p.ew.alpha.f;
     const float *a = (const float *)op->in[0].data + start * sa;
     const float *b = (const float *)op->in[1].data + start * sb;

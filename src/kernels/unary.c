@@ -120,7 +120,7 @@ static double un_f64(tpu_unary_fn fn, double x, const tpu_scalar *args) {
     case TPU_UNARY_ELU:
         return x <= 0.0 ? expm1(x * args[2].f) * (args[0].f * args[1].f) : x * args[1].f;
     case TPU_UNARY_HARDSWISH: return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0;
-    case TPU_UNARY_HARDSIGMOID: return fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0;
+    case TPU_UNARY_HARDSIGMOID: return x != x ? x : fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0;
     case TPU_UNARY_CLAMP: {
         int64_t which = args[2].i;
         if (x != x)
@@ -156,7 +156,7 @@ static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
     case TPU_UNARY_RELU: return x != x ? x : x > 0.0f ? x : 0.0f;
     case TPU_UNARY_LEAKY_RELU: return x > 0.0f ? x : x * (float)args[0].f;
     case TPU_UNARY_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case TPU_UNARY_HARDSIGMOID: return fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case TPU_UNARY_HARDSIGMOID: return x != x ? x : fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
     case TPU_UNARY_CLAMP: {
         int64_t which = args[2].i;
         float lo = (float)args[0].f, hi = (float)args[1].f;
@@ -315,7 +315,7 @@ static bool f32_simple_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, co
     case TPU_UNARY_SQRT: SIMPLE_LOOP(sqrtf(v));
     case TPU_UNARY_RELU: SIMPLE_LOOP((v > 0.0f || v != v) ? v : 0.0f);
     case TPU_UNARY_LEAKY_RELU: SIMPLE_LOOP(v > 0.0f ? v : v * a0);
-    case TPU_UNARY_HARDSIGMOID: SIMPLE_LOOP(fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
+    case TPU_UNARY_HARDSIGMOID: SIMPLE_LOOP(v != v ? v : fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
     case TPU_UNARY_HARDSWISH: SIMPLE_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
     case TPU_UNARY_CLAMP: {
         /* NaN bounds take the scalar body (a NaN lower bound wins there). */

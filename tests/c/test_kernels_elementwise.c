@@ -681,7 +681,7 @@ static void ex_unary_f(int fn, double x, const tpu_scalar *a, tpu_dtype cm, ex *
             v = x;
         break;
     case TPU_UNARY_HARDSWISH: v = x * fmin(fmax(x + 3, 0), 6) / 6; break;
-    case TPU_UNARY_HARDSIGMOID: v = fmin(fmax(x + 3, 0), 6) / 6; break;
+    case TPU_UNARY_HARDSIGMOID: v = isnan(x) ? x : fmin(fmax(x + 3, 0), 6) / 6; break;
     case TPU_UNARY_CLAMP: {
         double lo = f32c ? (double)(float)a[0].f : a[0].f, hi = f32c ? (double)(float)a[1].f : a[1].f;
         v = x;

@@ -131,7 +131,7 @@ typedef enum {
     TPU_UNARY_LEAKY_RELU,  /* x > 0 ? x : a0 * x, float */
     TPU_UNARY_ELU,         /* a0 = alpha, a1 = scale, a2 = input_scale: x > 0 ? scale x : scale alpha (exp(x input_scale) - 1) */
     TPU_UNARY_HARDSWISH,   /* x * min(max(x + 3, 0), 6) / 6, float */
-    TPU_UNARY_HARDSIGMOID, /* min(max(x + 3, 0), 6) / 6, float */
+    TPU_UNARY_HARDSIGMOID, /* min(max(x + 3, 0), 6) / 6 (NaN stays NaN), float */
     TPU_UNARY_CLAMP,       /* a2.i bit 0: clamp below at a0, bit 1: above at a1 (NaN x stays NaN, a NaN bound gives NaN); any but bool */
     TPU_UNARY_NAN_TO_NUM,  /* NaN -> a0, +inf -> a1, -inf -> a2, float */
     TPU_UNARY_ISNAN,       /* -> bool; any */
@@ -264,10 +264,11 @@ typedef struct tpu_op {
          * dtype), then to its compute type: f32 for f32/f16/bf16, f64 for
          * f64, wrapping i64 for integers, bool for bool. The result is
          * rounded to `common` (or is a bool, for -> bool functions), then
-         * converted to out.dtype. One exception: with `b_opmath`, b is
-         * converted straight to the compute type, unrounded (PyTorch's
-         * CPU kernels read a one-element second operand of mul and div
-         * that way for f16/bf16). */
+         * converted to out.dtype. One exception: with `b_opmath`, BINARY's
+         * b (or TERNARY's scalar c) is converted straight to the compute
+         * type, unrounded (PyTorch's CPU kernels read a one-element second
+         * operand of mul and div, and lerp's scalar weight, that way for
+         * f16/bf16). */
         struct {
             tpu_dtype common;
             bool b_opmath;

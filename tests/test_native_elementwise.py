@@ -1,0 +1,221 @@
+"""The native element-wise, softmax and bmm kernels against PyTorch's CPU
+backend, with the CPU fallback turned into an error (so every op here must
+run natively): each op in several dtypes, layouts (contiguous, transposed,
+broadcast, in place, out=), with special values, and through autograd."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+TOL = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-12, 1e-12),
+       torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}
+
+
+@pytest.fixture(autouse=True)
+def strict_native():
+    torch.tpu.set_fallback_error(True)
+    yield
+    torch.tpu.set_fallback_error(False)
+
+
+def inputs(dtype, shape=(7, 37), seed=0, positive=False, specials=True):
+    g = torch.Generator().manual_seed(seed)
+    if dtype.is_floating_point:
+        x = torch.randn(shape, generator=g, dtype=torch.float64) * 3
+        if positive:
+            x = x.abs() + 0.01
+        values = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0] if specials else [0.0, -0.0]
+        x.view(-1)[: len(values)] = torch.tensor(values, dtype=torch.float64)
+        return x.to(dtype)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    lo = 0 if dtype == torch.uint8 else -50
+    return torch.randint(lo, 50, shape, generator=g).to(dtype)
+
+
+def check(cpu_result, tpu_result, computed_in=None):
+    """computed_in: the dtype the op computed in, when out's is wider."""
+    assert tpu_result.device.type == "tpu"
+    assert tpu_result.dtype == cpu_result.dtype
+    assert tpu_result.shape == cpu_result.shape
+    rtol, atol = TOL.get(computed_in or cpu_result.dtype, (0, 0))
+    torch.testing.assert_close(tpu_result.cpu(), cpu_result, rtol=rtol, atol=atol, equal_nan=True)
+
+
+# gelu(+inf) is inf on tpu (and CUDA); PyTorch's vectorised CPU gelu gives
+# NaN there, so gelu is compared on finite inputs (and NaN, zeros).
+FINITE_ONLY = {F.gelu}
+
+UNARY_FLOAT = [torch.exp, torch.exp2, torch.expm1, torch.log, torch.log2, torch.log10, torch.log1p, torch.sqrt,
+               torch.rsqrt, torch.sin, torch.cos, torch.tan, torch.asin, torch.acos, torch.atan, torch.sinh,
+               torch.cosh, torch.tanh, torch.asinh, torch.acosh, torch.atanh, torch.erf, torch.erfc, torch.erfinv,
+               torch.sigmoid, torch.reciprocal, torch.frac, F.gelu, lambda x: F.gelu(x, approximate="tanh"), F.silu,
+               F.mish, F.softplus, lambda x: F.softplus(x, beta=2, threshold=3), F.leaky_relu, F.elu, F.hardswish,
+               F.hardsigmoid, torch.nan_to_num, lambda x: torch.nan_to_num(x, nan=1.5, posinf=7, neginf=-7)]
+UNARY_ANY = [torch.neg, torch.abs, torch.sign, torch.floor, torch.ceil, torch.round, torch.trunc, torch.relu,
+             lambda x: torch.clamp(x, -1, 2), lambda x: torch.clamp(x, min=0), torch.isnan, torch.isinf,
+             torch.logical_not]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("fn", UNARY_FLOAT + UNARY_ANY)
+def test_unary_float(fn, dtype):
+    x = inputs(dtype, specials=fn not in FINITE_ONLY)
+    check(fn(x), fn(x.to("tpu")))
+    # a transposed input gives a result laid out like it, as on CPU
+    xt = x.t()
+    r_cpu, r_tpu = fn(xt), fn(xt.to("tpu").contiguous().t().contiguous().t())
+    check(r_cpu, r_tpu)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+@pytest.mark.parametrize("fn", UNARY_ANY + [torch.exp, torch.sigmoid, torch.bitwise_not])
+def test_unary_integer(fn, dtype):
+    x = inputs(dtype)
+    try:
+        expected = fn(x)
+    except (RuntimeError, NotImplementedError) as e:  # the dtype has no CPU kernel: tpu refuses too
+        with pytest.raises(type(e)):
+            fn(x.to("tpu")).cpu()
+        return
+    check(expected, fn(x.to("tpu")))
+
+
+BINARY = [torch.add, torch.sub, torch.mul, torch.div, lambda a, b: torch.div(a, b, rounding_mode="floor"),
+          lambda a, b: torch.div(a, b, rounding_mode="trunc"), lambda a, b: torch.add(a, b, alpha=3),
+          torch.maximum, torch.minimum, torch.fmax, torch.fmin, torch.remainder, torch.fmod, torch.eq, torch.ne,
+          torch.lt, torch.le, torch.gt, torch.ge, torch.logical_and, torch.logical_or, torch.logical_xor]
+BINARY_FLOAT = [torch.atan2, torch.copysign, torch.xlogy, torch.pow]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.int32])
+@pytest.mark.parametrize("fn", BINARY + BINARY_FLOAT)
+def test_binary(fn, dtype):
+    a, b = inputs(dtype, seed=1), inputs(dtype, seed=2)
+    if not dtype.is_floating_point:
+        b = torch.where(b == 0, torch.ones_like(b), b)  # integer division by zero raises (tested elsewhere)
+        if fn is torch.pow:
+            b = b.abs() % 4
+    check(fn(a, b), fn(a.to("tpu"), b.to("tpu")))
+    # a broadcast row, and a Python scalar second operand where the op takes one
+    row = b[0]
+    check(fn(a, row), fn(a.to("tpu"), row.to("tpu")))
+    try:
+        expected = fn(a, 3)
+    except TypeError:
+        return
+    check(expected, fn(a.to("tpu"), 3))
+
+
+def test_mixed_dtypes_promote_as_on_cpu():
+    a, b = inputs(torch.float16, seed=3), inputs(torch.float32, seed=4)
+    i = inputs(torch.int32, seed=5)
+    for x, y in [(a, b), (i, a), (i, 2.5), (a[0, 0], i), (i, torch.tensor(3.5))]:
+        xt = x.to("tpu") if isinstance(x, torch.Tensor) and x.dim() > 0 else x
+        yt = y.to("tpu") if isinstance(y, torch.Tensor) and y.dim() > 0 else y
+        for fn in (torch.add, torch.mul, torch.maximum if isinstance(y, torch.Tensor) else torch.mul, torch.gt):
+            check(fn(x, y), fn(xt, yt))
+
+
+def test_in_place_and_out():
+    a, b = inputs(torch.float32, seed=6), inputs(torch.float32, seed=7)
+    at, bt = a.to("tpu"), b.to("tpu")
+    a.mul_(b).exp_().clamp_(max=5.0)
+    at.mul_(bt).exp_().clamp_(max=5.0)
+    check(a, at)
+    out = torch.empty(7, 37, dtype=torch.float64, device="tpu")
+    torch.sin(bt, out=out)
+    check(torch.sin(b, out=torch.empty(7, 37, dtype=torch.float64)), out, computed_in=torch.float32)
+    with pytest.raises(RuntimeError):
+        torch.sin(bt, out=torch.empty(7, 37, dtype=torch.int64, device="tpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_ternary(dtype):
+    a, b, c = inputs(dtype, seed=8), inputs(dtype, seed=9), inputs(dtype, seed=10, positive=True)
+    at, bt, ct = a.to("tpu"), b.to("tpu"), c.to("tpu")
+    check(torch.addcmul(a, b, c, value=0.5), torch.addcmul(at, bt, ct, value=0.5))
+    check(torch.addcdiv(a, b, c, value=-2), torch.addcdiv(at, bt, ct, value=-2))
+    check(torch.lerp(a, b, 0.3), torch.lerp(at, bt, 0.3))
+    check(torch.lerp(a, b, 0.8), torch.lerp(at, bt, 0.8))
+    check(torch.lerp(a, b, c.clamp(max=1)), torch.lerp(at, bt, ct.clamp(max=1)))
+    check(torch.where(a > 0, b, c), torch.where(at > 0, bt, ct))
+    check(torch.where(a > 0, b, 1.5), torch.where(at > 0, bt, 1.5))
+    check(a.masked_fill(b > 0, -7), at.masked_fill(bt > 0, -7))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape,dim", [((4, 33), -1), ((3, 5, 7), 1), ((6, 300), 0), ((), 0), ((2, 0, 3), 2)])
+def test_softmax_forward_backward(shape, dim, dtype):
+    x = (torch.randn(shape, generator=torch.Generator().manual_seed(11)) * 4).to(dtype)
+    for fn in (torch.softmax, torch.log_softmax):
+        check(fn(x, dim), fn(x.to("tpu"), dim))
+        if dtype == torch.bfloat16:
+            continue
+        xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+        g = torch.randn(shape, dtype=dtype)
+        fn(xc, dim).backward(g)
+        fn(xt, dim).backward(g.to("tpu"))
+        check(xc.grad, xt.grad)
+
+
+def test_softmax_half_to_float_and_special_rows():
+    x = torch.randn(3, 9).half().to("tpu")
+    assert torch._softmax(x, -1, True).dtype == torch.float32
+    rows = torch.tensor([[1.0, float("nan"), 2.0], [float("-inf")] * 3, [1e30, 1e30, -1e30]])
+    check(torch.softmax(rows, -1), torch.softmax(rows.to("tpu"), -1))
+
+
+@pytest.mark.parametrize("fn,args", [(F.gelu, ()), (F.silu, ()), (torch.tanh, ()), (torch.sigmoid, ()),
+                                     (F.leaky_relu, (0.2,)), (F.softplus, ()), (F.hardswish, ()),
+                                     (F.hardsigmoid, ()), (F.mish, ()), (torch.relu, ()), (F.hardtanh, ()),
+                                     (lambda x: F.gelu(x, approximate="tanh"), ())])
+def test_activation_gradients(fn, args):
+    x = torch.randn(5, 11, generator=torch.Generator().manual_seed(12)) * 3
+    xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
+    g = torch.randn(5, 11)
+    fn(xc, *args).backward(g)
+    fn(xt, *args).backward(g.to("tpu"))
+    check(xc.grad, xt.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bmm(dtype):
+    a, b = torch.randn(5, 7, 9).to(dtype), torch.randn(5, 9, 3).to(dtype)
+    check(torch.bmm(a, b), torch.bmm(a.to("tpu"), b.to("tpu")))
+    check(a @ b, a.to("tpu").transpose(1, 2).contiguous().transpose(1, 2) @ b.to("tpu"))
+
+
+def test_errors_match_cpu():
+    t = torch.ones(3, device="tpu")
+    with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+        torch.relu(t.bool())
+    with pytest.raises(NotImplementedError, match="bitwise_and"):
+        torch.bitwise_and(t, t)
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor"):
+        torch.sub(t.bool(), t)
+    with pytest.raises(RuntimeError, match="masked_fill_ only supports boolean masks"):
+        t.masked_fill_(t, 0)
+
+
+def test_adversarial_findings():
+    """Cases an adversarial pass found, each against the CPU backend."""
+    u8 = torch.tensor([0, 1, 5], dtype=torch.uint8)
+    for fn in (lambda x: torch.clamp(x, -5, 300), lambda x: torch.pow(x.int(), 2**40)):
+        with pytest.raises(RuntimeError, match="without overflow"):
+            fn(u8)
+        with pytest.raises(RuntimeError, match="without overflow"):
+            fn(u8.to("tpu"))
+    # hardsigmoid keeps NaN
+    check(F.hardsigmoid(torch.tensor([float("nan"), 1.0])), F.hardsigmoid(torch.tensor([float("nan"), 1.0], device="tpu")))
+    # lerp's scalar weight is not rounded to half first
+    a, b = torch.tensor([-1.1258], dtype=torch.half), torch.tensor([-0.2], dtype=torch.half)
+    check(torch.lerp(a, b, 0.7), torch.lerp(a.to("tpu"), b.to("tpu"), 0.7))
+    # softmax into its own input, and its dtype errors
+    x = torch.randn(4, 5)
+    xt = x.to("tpu")
+    torch._softmax(xt, 1, False, out=xt)
+    check(torch.softmax(x, 1), xt)
+    with pytest.raises(NotImplementedError):
+        torch.softmax(torch.ones(3, dtype=torch.int64, device="tpu"), 0)
+    with pytest.raises(RuntimeError, match="conversion is supported for Half type only"):
+        torch._softmax(torch.ones(3, device="tpu"), 0, True)
