@@ -543,19 +543,21 @@ at::Tensor& masked_fill_tensor(at::Tensor& self, T mask, T value) {
   return masked_fill_with(self, mask, value.to(self.device(), self.scalar_type()));
 }
 
-// hardtanh is clamp(self, min, max), as in PyTorch, which refuses bool.
-at::Tensor hardtanh(T self, S min, S max) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
-  return at::clamp(self, min, max);
-}
-at::Tensor& hardtanh_(at::Tensor& self, S min, S max) {
-  TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
-  return at::clamp_(self, min, max);
-}
+// hardtanh is clamp into a tensor of self's dtype, as PyTorch's: integer
+// bounds are truncated first, so they never promote the result.
 at::Tensor& hardtanh_out(T self, S min, S max, at::Tensor& out) {
   TORCH_CHECK(self.scalar_type() != at::kBool, "Bool inputs not supported for hardtanh");
-  return at::clamp_out(out, self, min, max);
+  if (!at::isIntegralType(self.scalar_type(), /*includeBool=*/false)) return at::clamp_out(out, self, min, max);
+  const int64_t lo = min.toLong(), hi = max.toLong();
+  TORCH_CHECK(self.scalar_type() != at::kByte || (lo >= 0 && hi >= 0),
+              "cannot do hardtanh on an unsigned type with negative limits");
+  return at::clamp_out(out, self, lo, hi);
 }
+at::Tensor hardtanh(T self, S min, S max) {
+  at::Tensor out = at::empty_like(self);
+  return hardtanh_out(self, min, max, out);
+}
+at::Tensor& hardtanh_(at::Tensor& self, S min, S max) { return hardtanh_out(self, min, max, self); }
 
 // relu is clamp_min(self, 0), as in PyTorch, which refuses bool first.
 at::Tensor relu(T self) {
