@@ -219,3 +219,41 @@ def test_adversarial_findings():
         torch.softmax(torch.ones(3, dtype=torch.int64, device="tpu"), 0)
     with pytest.raises(RuntimeError, match="conversion is supported for Half type only"):
         torch._softmax(torch.ones(3, device="tpu"), 0, True)
+
+
+def test_cat():
+    a, b = torch.randn(2, 3), torch.randn(4, 3).double()
+    empty = torch.empty(0)
+    check(torch.cat([a, b, empty]), torch.cat([a.to("tpu"), b.to("tpu"), empty.to("tpu")]))
+    check(torch.cat([a, a.t().contiguous().t()], 1), torch.cat([a.to("tpu"), a.to("tpu").t().contiguous().t()], 1))
+    out = torch.empty(0, device="tpu")
+    torch.cat([a.to("tpu"), a.to("tpu")], -1, out=out)
+    check(torch.cat([a, a], -1), out)
+    with pytest.raises(RuntimeError):
+        torch.cat([a.to("tpu"), torch.randn(2, 4, device="tpu")])
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.cat([a.to("tpu"), a])
+
+
+def test_dropout_and_bernoulli():
+    torch.manual_seed(0)
+    x = torch.ones(200_000, device="tpu")
+    torch.tpu.manual_seed(5)
+    y1 = torch.nn.functional.dropout(x, 0.25)
+    torch.tpu.manual_seed(5)
+    y2 = torch.nn.functional.dropout(x, 0.25)
+    assert torch.equal(y1.cpu(), y2.cpu())  # same seed, same mask
+    kept = (y1 != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.01
+    kept_values = torch.where(y1 != 0, y1, 1 / 0.75).cpu()  # kept elements are scaled by 1 / (1 - p)
+    assert torch.allclose(kept_values, torch.full_like(kept_values, 1 / 0.75))
+    xr = x.clone().requires_grad_()
+    torch.tpu.manual_seed(5)
+    torch.nn.functional.dropout(xr, 0.25).sum().backward()
+    assert torch.equal(xr.grad.cpu(), y1.cpu())  # the gradient is the mask times the scale
+    assert torch.equal(torch.nn.functional.dropout(x, 0.25, training=False).cpu(), x.cpu())
+    assert torch.equal(torch.nn.functional.dropout(x, 1.0).cpu(), torch.zeros(200_000))
+    b = torch.empty(100_000, dtype=torch.bool, device="tpu").bernoulli_(0.4)
+    assert abs(b.float().mean().item() - 0.4) < 0.01
+    with pytest.raises(RuntimeError):
+        torch.empty(3, device="tpu").bernoulli_(1.5)

@@ -332,6 +332,11 @@ static tpu_status check_mm(const tpu_op *op) {
 static tpu_status check_random(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
     double a = op->p.rand.a, b = op->p.rand.b;
+    if (op->fn == TPU_RANDOM_BERNOULLI) {
+        if (!(a >= 0.0 && a <= 1.0))
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: probability %g is not in [0, 1]", name, a);
+        return TPU_OK;
+    }
     tpu_status st = check_float_out(op, "random values are floating");
     if (st != TPU_OK)
         return st;

@@ -149,7 +149,8 @@ static const char *const k_matmul_names[] = {[TPU_MATMUL_MM] = "mm", [TPU_MATMUL
 _Static_assert(sizeof k_matmul_names / sizeof k_matmul_names[0] == TPU_MATMUL_COUNT,
                "every tpu_matmul_fn needs a name");
 static const char *const k_random_names[] = {[TPU_RANDOM_UNIFORM] = "uniform",
-                                             [TPU_RANDOM_NORMAL] = "normal"};
+                                             [TPU_RANDOM_NORMAL] = "normal",
+                                             [TPU_RANDOM_BERNOULLI] = "bernoulli"};
 _Static_assert(sizeof k_random_names / sizeof k_random_names[0] == TPU_RANDOM_COUNT,
                "every tpu_random_fn needs a name");
 

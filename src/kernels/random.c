@@ -166,7 +166,8 @@ tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth) {
     philox_cache pc = {{(uint32_t)seed, (uint32_t)(seed >> 32)}, op->p.rand.offset, 0, false, {0}};
     double a = op->p.rand.a, b = op->p.rand.b;
     bool wide = o->dtype == TPU_DTYPE_F64;
-    bool uniform = op->fn == TPU_RANDOM_UNIFORM;
+    bool bernoulli = op->fn == TPU_RANDOM_BERNOULLI;
+    bool uniform = op->fn == TPU_RANDOM_UNIFORM || bernoulli;
     bool clamp = uniform && a < b; /* a == b: the only value is a itself */
 
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
@@ -180,6 +181,10 @@ tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth) {
                 u = u53(x[2 * (idx % 2)], x[2 * (idx % 2) + 1]);
             } else {
                 u = u24(lanes(&pc, idx / 4)[idx % 4]);
+            }
+            if (bernoulli) {
+                tpu_k_store_bool(tpu_k_ptr(o, it.off[0]), o->dtype, u < a);
+                continue;
             }
             v = a + (b - a) * u;
         } else {

@@ -22,7 +22,7 @@
 /* The ops the table-driven tests name, each a family and its function. */
 typedef enum {
     T_COPY, T_COPY_H2D, T_COPY_D2H, T_FILL, T_ADD, T_SUB, T_MUL, T_DIV,
-    T_SUM, T_MEAN, T_MM, T_ADDMM, T_UNIFORM, T_NORMAL, T_KIND_COUNT
+    T_SUM, T_MEAN, T_MM, T_ADDMM, T_UNIFORM, T_NORMAL, T_BERNOULLI, T_KIND_COUNT
 } t_kind;
 
 static const struct {
@@ -43,6 +43,7 @@ static const struct {
     [T_ADDMM] = {TPU_OP_MATMUL, TPU_MATMUL_ADDMM},
     [T_UNIFORM] = {TPU_OP_RANDOM, TPU_RANDOM_UNIFORM},
     [T_NORMAL] = {TPU_OP_RANDOM, TPU_RANDOM_NORMAL},
+    [T_BERNOULLI] = {TPU_OP_RANDOM, TPU_RANDOM_BERNOULLI},
 };
 
 /* Sets op's family and function to those of kind k. */

@@ -443,6 +443,45 @@ static void test_split_sum_is_deterministic(void) {
     free(x);
 }
 
+/* BERNOULLI: p = 0 and 1 exactly, the mean of p = 0.3 within 5 standard
+ * errors, 0/1 values in every dtype, the same bytes for any nth and both
+ * kernel modes, and p outside [0, 1] refused. */
+static void test_bernoulli(void) {
+    enum { N = 100000 };
+    static float f[N], g[N];
+    static uint8_t bo[N];
+    for (int w = 0; w < 2; w++) {
+        tpu_kernels_set_reference(w == 0);
+        tpu_op op = random_op(T_BERNOULLI, F32, f, N, 7, 3, 0.3, 0);
+        CHECK_OK(tpu_op_check(&op));
+        CHECK_OK(run_shares(&op, 1));
+        tpu_op op3 = random_op(T_BERNOULLI, F32, g, N, 7, 3, 0.3, 0);
+        CHECK_OK(run_shares(&op3, 3));
+        CHECK(memcmp(f, g, sizeof f) == 0);
+        double sum = 0;
+        bool binary = true;
+        for (int i = 0; i < N; i++) {
+            sum += f[i];
+            binary = binary && (f[i] == 0.0f || f[i] == 1.0f);
+        }
+        CHECK(binary);
+        CHECK(fabs(sum / N - 0.3) < 5 * sqrt(0.3 * 0.7 / N));
+        for (int k = 0; k < 2; k++) {
+            op = random_op(T_BERNOULLI, BOOL, bo, N, 9, 0, (double)k, 0);
+            CHECK_OK(run_shares(&op, 2));
+            bool all = true;
+            for (int i = 0; i < N; i++)
+                all = all && bo[i] == (uint8_t)k;
+            CHECK(all);
+        }
+    }
+    tpu_kernels_set_reference(false);
+    tpu_op bad = random_op(T_BERNOULLI, F32, f, 4, 0, 0, 1.5, 0);
+    CHECK_STATUS(tpu_op_check(&bad), TPU_ERR_INVALID_ARG);
+    bad.p.rand.a = NAN;
+    CHECK_STATUS(tpu_op_check(&bad), TPU_ERR_INVALID_ARG);
+}
+
 int main(void) {
     test_dtype_basics();
     test_f16_exhaustive();
@@ -452,6 +491,7 @@ int main(void) {
     test_bf16_rounding();
     test_philox_kat();
     test_random_stats();
+    test_bernoulli();
     tpu_kernels_set_reference(false);
     test_split_sum_is_deterministic();
     return check_report();

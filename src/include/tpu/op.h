@@ -234,6 +234,7 @@ typedef enum {
 typedef enum {
     TPU_RANDOM_UNIFORM = 0, /* out ~ U[p.rand.a, p.rand.b) */
     TPU_RANDOM_NORMAL,      /* out ~ N(mean p.rand.a, std p.rand.b) */
+    TPU_RANDOM_BERNOULLI,   /* out = 1 with probability p.rand.a, else 0; any out dtype */
     TPU_RANDOM_COUNT
 } tpu_random_fn;
 
@@ -305,7 +306,8 @@ typedef struct tpu_op {
          * the op draws from the stream of counters (block, offset), block
          * = 0, 1, ... in out's row-major element order, so the values do
          * not depend on threads or strides. The host gives each op a fresh
-         * offset. Float outputs only. */
+         * offset. Float outputs only, except BERNOULLI (one uniform per
+         * element as UNIFORM draws it; any dtype). */
         struct {
             uint64_t seed, offset;
             double a, b;
