@@ -257,3 +257,12 @@ def test_dropout_and_bernoulli():
     assert abs(b.float().mean().item() - 0.4) < 0.01
     with pytest.raises(RuntimeError):
         torch.empty(3, device="tpu").bernoulli_(1.5)
+
+
+@pytest.mark.parametrize("args,dtype", [((10,), None), ((-3, 7, 2), None), ((0, 1, 0.1), None),
+                                        ((-2.5, 3.5, 0.25), torch.float64), ((5, 0, -1), torch.int32),
+                                        ((0, 100), torch.bfloat16), ((1, 1), None)])
+def test_arange(args, dtype):
+    check(torch.arange(*args, dtype=dtype), torch.arange(*args, dtype=dtype, device="tpu"))
+    with pytest.raises(RuntimeError):
+        torch.arange(0, 10, 0, device="tpu")

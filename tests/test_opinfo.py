@@ -85,6 +85,9 @@ def test_op_matches_cpu(op, dtype):
         for leaf in torch.utils._pytree.tree_leaves(got):
             if isinstance(leaf, torch.Tensor) and op.name not in DEVICE_CHANGING:
                 assert leaf.device.type == "tpu", f"{op.name} returned a tensor on {leaf.device}"
+        # A non_blocking copy to the host (a "to" sample) is only complete
+        # after a sync, as on CUDA.
+        torch.tpu.synchronize()
         got = tree_map(to_cpu, got)
         if op.name in VALUES_UNDEFINED:
             assert [t.shape for t in torch.utils._pytree.tree_leaves(got) if isinstance(t, torch.Tensor)] == \

@@ -1,8 +1,14 @@
 // cat on PyTorch's structured meta (shapes, dtype promotion, memory
 // format, overlap and argument checks as for CPU): each input is one copy
-// into its slice of the output, converting dtypes as cat does.
+// into its slice of the output, converting dtypes as cat does. arange on
+// PyTorch's own arange_out (size, checks, resize) and the PrivateUse1 slot
+// of its DispatchStub: one FILL ARANGE record.
+#include <ATen/TensorIterator.h>
 #include <ATen/core/IListRef.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/RangeFactories.h>
+#include <ATen/ops/arange_native.h>
 #include <ATen/ops/cat_meta.h>
 #include <torch/library.h>
 
@@ -42,11 +48,39 @@ at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& 
   return out;
 }
 
+// out[k] = start + step * k over the iterator's (contiguous, 1-d) output.
+void arange_stub(at::TensorIterator& iter, const c10::Scalar& start, const c10::Scalar&, const c10::Scalar& step) {
+  const at::Tensor& out = iter.output(0);
+  if (out.numel() == 0) return;
+  tpu_op op{};
+  op.code = TPU_OP_FILL;
+  op.fn = TPU_FILL_ARANGE;
+  op.out = describe(out, "aten::arange");
+  if (at::isFloatingType(out.scalar_type())) {
+    op.p.fill.value.f = start.toDouble();
+    op.p.fill.step.f = step.toDouble();
+  } else {
+    op.p.fill.value.i = start.toLong();
+    op.p.fill.step.i = step.toLong();
+  }
+  submit(out.device().index(), op, "aten::arange.start_out");
+}
+
 }  // namespace
+}  // namespace torch_tpu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(arange_stub, &torch_tpu::arange_stub)
+}  // namespace at::native
+
+namespace torch_tpu {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cat", cat);
   m.impl("cat.out", cat_out);
+  m.impl("arange.start_out",
+         static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(
+             at::native::arange_out));
 }
 
 }  // namespace torch_tpu

@@ -398,7 +398,10 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_COPY:
     case TPU_OP_COPY_H2D:
     case TPU_OP_COPY_D2H: st = check_same_sizes(op, 0); break;
-    case TPU_OP_FILL: break;
+    case TPU_OP_FILL:
+        if (op->fn == TPU_FILL_ARANGE && op->out.dtype == TPU_DTYPE_BOOL)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported", name);
+        break;
     case TPU_OP_UNARY:
     case TPU_OP_BINARY:
     case TPU_OP_TERNARY: st = check_elementwise(op); break;

@@ -307,6 +307,16 @@ static void fill_one(char *p, const tpu_op *op) {
     }
 }
 
+/* Stores element k of an ARANGE into p. */
+static void arange_one(char *p, const tpu_op *op, int64_t k) {
+    const tpu_dtype dt = op->out.dtype;
+    const tpu_scalar v = op->p.fill.value, st = op->p.fill.step;
+    if (tpu_dtype_is_float(dt))
+        tpu_k_store_f64(p, dt, v.f + st.f * (double)k);
+    else
+        tpu_k_store_i64(p, dt, tpu_k_u64_to_i64((uint64_t)v.i + (uint64_t)st.i * (uint64_t)k));
+}
+
 tpu_status tpu_k_fill_ref(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     int64_t start, end;
@@ -316,8 +326,13 @@ tpu_status tpu_k_fill_ref(const tpu_op *op, int ith, int nth) {
     const int64_t *strides[1] = {o->strides};
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 1, strides, start);
-    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it))
-        fill_one(tpu_k_ptr(o, it.off[0]), op);
+    const bool ramp = op->fn == TPU_FILL_ARANGE;
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        if (ramp)
+            arange_one(tpu_k_ptr(o, it.off[0]), op, i);
+        else
+            fill_one(tpu_k_ptr(o, it.off[0]), op);
+    }
     return TPU_OK;
 }
 
@@ -341,6 +356,8 @@ static void fill_run(char *p, int64_t stride, const char *elem, size_t es, int64
  * because both go through fill_one. */
 tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
+    if (op->fn == TPU_FILL_ARANGE)
+        return tpu_k_fill_ref(op, ith, nth); /* one multiply-add per element already */
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)

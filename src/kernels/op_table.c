@@ -137,6 +137,11 @@ static const tpu_k_fn_row k_ternary[] = {
 _Static_assert(sizeof k_ternary / sizeof k_ternary[0] == TPU_TERNARY_COUNT,
                "every tpu_ternary_fn needs a name");
 
+static const char *const k_fill_names[] = {[TPU_FILL_CONSTANT] = "fill",
+                                           [TPU_FILL_ARANGE] = "arange"};
+_Static_assert(sizeof k_fill_names / sizeof k_fill_names[0] == TPU_FILL_COUNT,
+               "every tpu_fill_fn needs a name");
+
 static const char *const k_reduce_names[] = {[TPU_REDUCE_SUM] = "sum", [TPU_REDUCE_MEAN] = "mean"};
 _Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_COUNT,
                "every tpu_reduce_fn needs a name");
@@ -164,7 +169,7 @@ static const struct {
     [TPU_OP_COPY] = {NULL, NULL, 1},
     [TPU_OP_COPY_H2D] = {NULL, NULL, 1},
     [TPU_OP_COPY_D2H] = {NULL, NULL, 1},
-    [TPU_OP_FILL] = {NULL, NULL, 1},
+    [TPU_OP_FILL] = {k_fill_names, NULL, TPU_FILL_COUNT},
     [TPU_OP_UNARY] = {NULL, k_unary, TPU_UNARY_COUNT},
     [TPU_OP_BINARY] = {NULL, k_binary, TPU_BINARY_COUNT},
     [TPU_OP_TERNARY] = {NULL, k_ternary, TPU_TERNARY_COUNT},

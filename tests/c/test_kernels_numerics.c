@@ -175,7 +175,8 @@ static void test_dtype_basics(void) {
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_COPY, 1), "invalid") == 0);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_BINARY, TPU_BINARY_COUNT), "invalid") == 0);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_COUNT, 0), "invalid") == 0);
-    CHECK(tpu_op_fn_count(TPU_OP_UNARY) == TPU_UNARY_COUNT && tpu_op_fn_count(TPU_OP_FILL) == 1);
+    CHECK(tpu_op_fn_count(TPU_OP_UNARY) == TPU_UNARY_COUNT && tpu_op_fn_count(TPU_OP_COPY) == 1);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_FILL, TPU_FILL_ARANGE), "arange") == 0);
     CHECK(strcmp(tpu_op_name(TPU_OP_COPY_H2D), "copy_h2d") == 0);
     CHECK(strcmp(tpu_op_name(TPU_OP_COUNT), "invalid") == 0);
     CHECK(strcmp(tpu_op_name((tpu_op_code)-3), "invalid") == 0);
@@ -482,6 +483,37 @@ static void test_bernoulli(void) {
     CHECK_STATUS(tpu_op_check(&bad), TPU_ERR_INVALID_ARG);
 }
 
+/* ARANGE: value + step * k in f64 (floats) or wrapping int64, any nth. */
+static void test_arange(void) {
+    double d[1000], e[1000];
+    int32_t w[1000];
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_FILL;
+    op.fn = TPU_FILL_ARANGE;
+    op.out = (tpu_tensor){.data = d, .sizes = {1000}, .strides = {1}, .ndim = 1, .dtype = F64,
+                          .storage = d, .storage_nbytes = sizeof d};
+    op.p.fill.value = (tpu_scalar){-3.5, 0};
+    op.p.fill.step = (tpu_scalar){0.1, 0};
+    CHECK_OK(tpu_op_check(&op));
+    CHECK_OK(run_shares(&op, 3));
+    bool ok = true;
+    for (int k = 0; k < 1000; k++)
+        ok = ok && d[k] == -3.5 + 0.1 * (double)k;
+    CHECK(ok);
+    op.out.data = op.out.storage = e;
+    CHECK_OK(run_shares(&op, 1));
+    CHECK(memcmp(d, e, sizeof d) == 0);
+    op.out = (tpu_tensor){.data = w, .sizes = {1000}, .strides = {1}, .ndim = 1, .dtype = I32,
+                          .storage = w, .storage_nbytes = sizeof w};
+    op.p.fill.value = (tpu_scalar){0, INT32_MAX - 2};
+    op.p.fill.step = (tpu_scalar){0, 1};
+    CHECK_OK(run_shares(&op, 2));
+    CHECK(w[0] == INT32_MAX - 2 && w[2] == INT32_MAX && w[3] == INT32_MIN); /* wraps */
+    op.out.dtype = BOOL;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_UNSUPPORTED_DTYPE);
+}
+
 int main(void) {
     test_dtype_basics();
     test_f16_exhaustive();
@@ -492,6 +524,7 @@ int main(void) {
     test_philox_kat();
     test_random_stats();
     test_bernoulli();
+    test_arange();
     tpu_kernels_set_reference(false);
     test_split_sum_is_deterministic();
     return check_report();

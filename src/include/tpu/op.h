@@ -71,7 +71,7 @@ typedef enum {
     TPU_OP_COPY = 0, /* out = (out.dtype) in[0]; same sizes; any dtype pair */
     TPU_OP_COPY_H2D, /* COPY whose in[0] is host memory: a transfer to the chip */
     TPU_OP_COPY_D2H, /* COPY whose out is host memory: a transfer from the chip */
-    TPU_OP_FILL,     /* out = p.fill.value */
+    TPU_OP_FILL,     /* out = a constant or a ramp; tpu_fill_fn, p.fill */
     TPU_OP_UNARY,    /* out = fn(in[0]), element-wise; tpu_unary_fn, p.ew */
     TPU_OP_BINARY,   /* out = fn(in[0], b), element-wise; tpu_binary_fn, p.ew */
     TPU_OP_TERNARY,  /* out = fn(in[0], in[1], c), element-wise; tpu_ternary_fn, p.ew */
@@ -81,6 +81,15 @@ typedef enum {
     TPU_OP_RANDOM,   /* out drawn from a distribution; tpu_random_fn, p.rand */
     TPU_OP_COUNT
 } tpu_op_code;
+
+/* FILL functions. */
+typedef enum {
+    TPU_FILL_CONSTANT = 0, /* out = p.fill.value */
+    TPU_FILL_ARANGE,       /* out[k] = value + step * k, k the row-major index: in f64 then
+                            * rounded once for floats (PyTorch's CPU arange computes in its
+                            * f64 accumulate type), wrapping int64 for integers; not bool */
+    TPU_FILL_COUNT
+} tpu_fill_fn;
 
 /* UNARY functions. x is in[0] converted to p.ew.common; a0..a2 are
  * p.ew.args[0..2] (floats read .f, integer compute reads .i). Float-only
@@ -255,7 +264,7 @@ typedef enum {
 
 typedef struct tpu_op {
     tpu_op_code code;
-    int32_t fn;          /* the family's function code (tpu_unary_fn, ...); 0 for COPY, FILL */
+    int32_t fn;          /* the family's function code (tpu_unary_fn, ...); 0 for COPY */
     int32_t n_in;        /* number of tensors used in in[] */
     tpu_tensor out;
     tpu_tensor in[3];
@@ -280,6 +289,7 @@ typedef struct tpu_op {
         } ew;
         struct {
             tpu_scalar value;
+            tpu_scalar step; /* ARANGE */
         } fill;
         /* REDUCE: out has in[0]'s rank; out.sizes[d] == 1 for every dim d
          * with bit d of mask set, == in[0].sizes[d] otherwise. The
@@ -330,7 +340,7 @@ typedef struct tpu_op {
 TPU_API const char *tpu_op_name(tpu_op_code code);
 
 /* Static name of function fn of family code ("add", "exp", ...); the
- * family's name for COPY and FILL; "invalid" for a pair outside the
+ * family's name for COPY; "invalid" for a pair outside the
  * tables. */
 TPU_API const char *tpu_op_fn_name(tpu_op_code code, int32_t fn);
 
@@ -340,8 +350,8 @@ TPU_API const char *tpu_op_fn_name(tpu_op_code code, int32_t fn);
  * elements). False for other families and values outside the enums. */
 TPU_API bool tpu_op_fn_takes(tpu_op_code code, int32_t fn, tpu_dtype dt);
 
-/* Number of function codes of a family (1 for COPY and FILL, whose fn is
- * 0); 0 outside the enum. */
+/* Number of function codes of a family (1 for COPY, whose fn is 0); 0
+ * outside the enum. */
 TPU_API int32_t tpu_op_fn_count(tpu_op_code code);
 
 /* Checks a record before it is queued: opcode, ranks, sizes, dtypes the
