@@ -551,20 +551,6 @@ static bool run_dtype_ok(const tpu_tensor *t) {
     return tpu_k_cvt_supported(t->dtype) && tpu_k_is_aligned(t);
 }
 
-/* Flat case: every input laid out like a dense out, or a broadcast
- * scalar; the op then runs over memory offsets [start, end). */
-static bool flat_ok(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
-    if (tpu_k_same_layout(t, o)) {
-        *step = 1;
-        return true;
-    }
-    if (tpu_k_is_scalar_broadcast(t)) {
-        *step = 0;
-        return true;
-    }
-    return false;
-}
-
 /* The -> bool functions over a flat run of f32 values (steps 1 or 0),
  * the function chosen once per chunk. */
 #define CMP_LOOP(expr)                                                                             \
@@ -624,7 +610,7 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
         run_in a = {ta->data, ta->dtype, 1};
         run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
                       : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
-        if (flat_ok(ta, o, &a.step) && (!tb || flat_ok(tb, o, &b.step))) {
+        if (tpu_k_flat_step(ta, o, &a.step) && (!tb || tpu_k_flat_step(tb, o, &b.step))) {
             int64_t start, end;
             tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
             if (start >= end)
@@ -647,7 +633,7 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
                   : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
     const bool b_raw_run = b_raw || !tb; /* the scalar is already rounded */
     /* Flat: shift every operand to this share's first offset. */
-    if (tpu_k_is_dense(o) && flat_ok(ta, o, &a.step) && (!tb || flat_ok(tb, o, &b.step))) {
+    if (tpu_k_is_dense(o) && tpu_k_flat_step(ta, o, &a.step) && (!tb || tpu_k_flat_step(tb, o, &b.step))) {
         a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
         b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
         mixed_run(&c, tpu_k_ptr(o, start), a, b, b_raw_run, end - start);

@@ -163,6 +163,18 @@ bool tpu_k_is_scalar_broadcast(const tpu_tensor *t) {
     return true;
 }
 
+bool tpu_k_flat_step(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
+    if (tpu_k_same_layout(t, o)) {
+        *step = 1;
+        return true;
+    }
+    if (tpu_k_is_scalar_broadcast(t)) {
+        *step = 0;
+        return true;
+    }
+    return false;
+}
+
 void tpu_k_split(int64_t n, int ith, int nth, int64_t *start, int64_t *end) {
     assert(nth >= 1 && ith >= 0 && ith < nth && n >= 0);
     /* The first n % nth shares get one extra item. q * ith <= n, so no

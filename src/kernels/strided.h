@@ -102,6 +102,11 @@ bool tpu_k_same_layout(const tpu_tensor *t, const tpu_tensor *like);
 /* True if every dim of size > 1 has stride 0: all elements are one value. */
 bool tpu_k_is_scalar_broadcast(const tpu_tensor *t);
 
+/* True if t can be walked as a flat array next to a dense `o` of the same
+ * sizes: laid out like o (*step = 1), or one value broadcast to every
+ * element (*step = 0). The element-wise fast paths' common case. */
+bool tpu_k_flat_step(const tpu_tensor *t, const tpu_tensor *o, int64_t *step);
+
 /* True if t's data is aligned to its element size. Fast paths that use
  * typed pointers need it; host memory (COPY's input) may lack it, and the
  * reference paths, which go through memcpy, do not care. */

@@ -118,17 +118,7 @@ tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth) {
 /* True if t is f32 and laid out like the dense f32 out (or, with
  * *step = 0, one value broadcast), so it can be read as a flat array. */
 static bool flat_f32(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
-    if (t->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(t))
-        return false;
-    if (tpu_k_same_layout(t, o)) {
-        *step = 1;
-        return true;
-    }
-    if (tpu_k_is_scalar_broadcast(t)) {
-        *step = 0;
-        return true;
-    }
-    return false;
+    return t->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(t) && tpu_k_flat_step(t, o, step);
 }
 
 /* Fast path: ADDCMUL, ADDCDIV and LERP with f32 common and operands laid

@@ -141,7 +141,9 @@ static double un_f64(tpu_unary_fn fn, double x, const tpu_scalar *args) {
 }
 
 /* The f32 compute: arithmetic functions in f32 in PyTorch's order,
- * transcendental ones through un_f64, rounded once. */
+ * transcendental ones through un_f64, rounded once. clamp and nan_to_num
+ * go through un_f64 too: their result is x or a parameter, which the glue
+ * gives already in the common dtype, so the bytes are the same. */
 static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
     switch (fn) {
     case TPU_UNARY_NEG: return -x;
@@ -157,25 +159,6 @@ static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
     case TPU_UNARY_LEAKY_RELU: return x > 0.0f ? x : x * (float)args[0].f;
     case TPU_UNARY_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
     case TPU_UNARY_HARDSIGMOID: return x != x ? x : fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case TPU_UNARY_CLAMP: {
-        int64_t which = args[2].i;
-        float lo = (float)args[0].f, hi = (float)args[1].f;
-        if (x != x)
-            return x;
-        if ((which & 1) && !(x >= lo)) {
-            x = lo;
-            if (x != x)
-                return x; /* a NaN bound gives NaN */
-        }
-        if ((which & 2) && !(x <= hi))
-            x = hi;
-        return x;
-    }
-    case TPU_UNARY_NAN_TO_NUM:
-        return x != x          ? (float)args[0].f
-               : x == INFINITY ? (float)args[1].f
-               : x == -INFINITY ? (float)args[2].f
-                                : x;
     default: return (float)un_f64(fn, x, args);
     }
 }
