@@ -1,11 +1,23 @@
-// sum and mean over any dims, as TPU_OP_REDUCE records (TPU_REDUCE_SUM / _MEAN). The
-// kernel writes a keepdim-shaped view of the output, so keepdim=False and
-// out= need no extra copies.
+// Reductions over any dims as TPU_OP_REDUCE records. The kernel writes a
+// keepdim-shaped view of the output, so keepdim=False and out= need no
+// extra copies. sum and mean have hand-written metadata (below); amax,
+// amin, argmax, argmin, any, all, prod.dim_int and max/min.dim run on
+// PyTorch's own structured metas (shapes, dtypes, keepdim, out= checks
+// and errors as on CPU), and their kernel only submits records.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/all_meta.h>
+#include <ATen/ops/amax_meta.h>
+#include <ATen/ops/amin_meta.h>
+#include <ATen/ops/any_meta.h>
+#include <ATen/ops/argmax_meta.h>
+#include <ATen/ops/argmin_meta.h>
+#include <ATen/ops/max_meta.h>
 #include <ATen/ops/mean_ops.h>
+#include <ATen/ops/min_meta.h>
+#include <ATen/ops/prod_meta.h>
 #include <ATen/ops/sum_ops.h>
 #include <torch/library.h>
 
@@ -13,6 +25,7 @@
 
 #include "core/fallback.h"
 #include "core/glue.h"
+#include "core/structured.h"
 
 namespace torch_tpu {
 namespace {
@@ -24,6 +37,13 @@ struct ReduceKind {
 
 const ReduceKind kSum{TPU_REDUCE_SUM, "aten::sum"};
 const ReduceKind kMean{TPU_REDUCE_MEAN, "aten::mean"};
+const ReduceKind kProd{TPU_REDUCE_PROD, "aten::prod"};
+const ReduceKind kAmax{TPU_REDUCE_AMAX, "aten::amax"};
+const ReduceKind kAmin{TPU_REDUCE_AMIN, "aten::amin"};
+const ReduceKind kArgmax{TPU_REDUCE_ARGMAX, "aten::argmax"};
+const ReduceKind kArgmin{TPU_REDUCE_ARGMIN, "aten::argmin"};
+const ReduceKind kAny{TPU_REDUCE_ANY, "aten::any"};
+const ReduceKind kAll{TPU_REDUCE_ALL, "aten::all"};
 
 at::ScalarType reduce_dtype(const ReduceKind& k, const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   if (dtype.has_value()) return *dtype;
@@ -54,7 +74,8 @@ std::vector<int64_t> reduced_shape(const at::Tensor& self, uint32_t mask, bool k
 
 // `out` has the final shape; submit the op on its keepdim-shaped view.
 void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdim, const at::Tensor& out) {
-  TORCH_INTERNAL_ASSERT(self.dim() <= TPU_MAX_DIMS);  // larger ranks take the fallback (see below)
+  TORCH_CHECK(self.dim() <= TPU_MAX_DIMS, k.name, ": tensors of more than ", TPU_MAX_DIMS,
+              " dims are not supported on tpu (got ", self.dim(), ")");
   at::Tensor out_kd = out;
   if (!keepdim)
     for (int64_t d = 0; d < self.dim(); d++)
@@ -139,6 +160,139 @@ at::Tensor& out_variant(const ReduceKind& k, const at::Tensor& self, at::Optiona
   return out;
 }
 
+
+// ---- reductions on PyTorch's structured metas.
+
+// Whether the kernel may write `out` while it reads `self`: a given out=
+// that shares memory with self gets a fresh result copied in afterwards.
+template <class Submit>
+void into_output(const at::Tensor& self, const at::Tensor& out, Submit&& submit_into) {
+  if (!out.defined() || out.numel() == 0) return;
+  if (out.is_alias_of(self)) {
+    at::Tensor fresh = at::empty_like(out, at::MemoryFormat::Contiguous);
+    submit_into(fresh);
+    copy_tensor(out, fresh, false);
+    return;
+  }
+  at::assert_no_internal_overlap(out);
+  submit_into(out);
+}
+
+// A reduction over the dims of `dims` (none or empty: all), into the
+// structured op's output `out`.
+void reduce_into(const ReduceKind& k, const at::Tensor& self, at::OptionalIntArrayRef dims, bool keepdim,
+                 const at::Tensor& out) {
+  check_in_storage(self, k.name);
+  const uint32_t mask = reduce_mask(self, dims);
+  into_output(self, out, [&](const at::Tensor& dst) { run(k, self, mask, keepdim, dst); });
+}
+
+// argmax/argmin: over one dim, or over the flattened tensor.
+void arg_into(const ReduceKind& k, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim,
+              const at::Tensor& out) {
+  check_in_storage(self, k.name);
+  if (dim.has_value()) {
+    const int64_t d = at::maybe_wrap_dim(*dim, self.dim());
+    into_output(self, out, [&](const at::Tensor& dst) {
+      run(k, self, self.dim() == 0 ? 0u : 1u << d, keepdim, dst);
+    });
+    return;
+  }
+  const at::Tensor flat = self.reshape({-1});
+  into_output(self, out, [&](const at::Tensor& dst) { run(k, flat, 1u, true, dst.view({1})); });
+}
+
+template <class Meta, const ReduceKind& K>
+void amax_kernel(Structured<Meta>& op, const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  reduce_into(K, self, dim, keepdim, op.output_);
+}
+
+template <class Meta, const ReduceKind& K>
+void arg_kernel(Structured<Meta>& op, const at::Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  arg_into(K, self, dim, keepdim, op.output_);
+}
+
+template <class Meta, const ReduceKind& K>
+void bool_dims_kernel(Structured<Meta>& op, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  reduce_into(K, self, dim, keepdim, op.output_);
+}
+
+template <class Meta, const ReduceKind& K>
+void bool_dim_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, bool keepdim) {
+  reduce_into(K, self, at::IntArrayRef{dim}, keepdim, op.output_);
+}
+
+template <class Meta, const ReduceKind& K>
+void bool_all_kernel(Structured<Meta>& op, const at::Tensor& self) {
+  reduce_into(K, self, std::nullopt, false, op.output_);
+}
+
+void prod_dim_kernel(Structured<at::meta::structured_prod_dim_int>& op, const at::Tensor& self, int64_t dim,
+                     bool keepdim, std::optional<at::ScalarType>) {
+  reduce_into(kProd, self, at::IntArrayRef{dim}, keepdim, op.output_);
+}
+
+// max.dim / min.dim: the values (AMAX) and their first index (ARGMAX), two
+// records over the same dim.
+template <class Meta, const ReduceKind& Values, const ReduceKind& Indices>
+void minmax_dim_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, bool keepdim) {
+  reduce_into(Values, self, at::IntArrayRef{dim}, keepdim, op.outputs_[0]);
+  arg_into(Indices, self, dim, keepdim, op.outputs_[1]);
+}
+
+template <class Meta, const ReduceKind& Values, const ReduceKind& Indices, OpName Name>
+std::tuple<at::Tensor, at::Tensor> minmax_dim(const at::Tensor& self, int64_t dim, bool keepdim) {
+  Structured<Meta> op(OutputKind::Functional, nullptr, Name.str);
+  op.meta(self, dim, keepdim);
+  minmax_dim_kernel<Meta, Values, Indices>(op, self, dim, keepdim);
+  return {std::move(op.outputs_[0]), std::move(op.outputs_[1])};
+}
+
+template <class Meta, const ReduceKind& Values, const ReduceKind& Indices, OpName Name>
+std::tuple<at::Tensor&, at::Tensor&> minmax_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                    at::Tensor& values, at::Tensor& indices) {
+  Structured<Meta> op(OutputKind::Out, {values, indices}, Name.str);
+  op.meta(self, dim, keepdim);
+  minmax_dim_kernel<Meta, Values, Indices>(op, self, dim, keepdim);
+  return {values, indices};
+}
+
+// max() and min() of a whole tensor: a 0-d amax, which needs elements.
+template <const ReduceKind& K>
+at::Tensor full_minmax(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, K.code == TPU_REDUCE_AMAX ? "max" : "min",
+              "(): Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim "
+              "with the 'dim' argument.");
+  at::Tensor out = at::empty({}, self.options());
+  reduce_into(K, self, std::nullopt, false, out);
+  return out;
+}
+
+// prod(self, dtype) of a whole tensor: integers (and bool) give int64, as sum.
+at::Tensor full_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  const at::ScalarType type = reduce_dtype(kSum, self, dtype);
+  check_inputs(kProd, self, type, dtype);
+  at::Tensor out = at::empty({}, self.options().dtype(type));
+  reduce_into(kProd, cast_input(kSum, self, type), std::nullopt, false, out);
+  return out;
+}
+
+using at::meta::structured_all;
+using at::meta::structured_all_dim;
+using at::meta::structured_all_dims;
+using at::meta::structured_amax;
+using at::meta::structured_amin;
+using at::meta::structured_any;
+using at::meta::structured_any_dim;
+using at::meta::structured_any_dims;
+using at::meta::structured_argmax;
+using at::meta::structured_argmin;
+using at::meta::structured_max_dim;
+using at::meta::structured_min_dim;
+using at::meta::structured_prod_dim_int;
+using Dims = at::OptionalIntArrayRef;
+using OptDtype = std::optional<at::ScalarType>;
+
 }  // namespace
 
 // The reduce kernel describes its operands dim for dim, so inputs of more
@@ -171,6 +325,55 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                                                                                    out);
     return out_variant(kMean, self, dims, keepdim, dtype, out);
   });
+
+  using T = const at::Tensor&;
+  m.impl("amax", structured_functional<structured_amax, &amax_kernel<structured_amax, kAmax>, "aten::amax", T,
+                                       at::IntArrayRef, bool>);
+  m.impl("amax.out", structured_out<structured_amax, &amax_kernel<structured_amax, kAmax>, "aten::amax", T,
+                                    at::IntArrayRef, bool>);
+  m.impl("amin", structured_functional<structured_amin, &amax_kernel<structured_amin, kAmin>, "aten::amin", T,
+                                       at::IntArrayRef, bool>);
+  m.impl("amin.out", structured_out<structured_amin, &amax_kernel<structured_amin, kAmin>, "aten::amin", T,
+                                    at::IntArrayRef, bool>);
+  m.impl("argmax", structured_functional<structured_argmax, &arg_kernel<structured_argmax, kArgmax>,
+                                         "aten::argmax", T, std::optional<int64_t>, bool>);
+  m.impl("argmax.out", structured_out<structured_argmax, &arg_kernel<structured_argmax, kArgmax>, "aten::argmax",
+                                      T, std::optional<int64_t>, bool>);
+  m.impl("argmin", structured_functional<structured_argmin, &arg_kernel<structured_argmin, kArgmin>,
+                                         "aten::argmin", T, std::optional<int64_t>, bool>);
+  m.impl("argmin.out", structured_out<structured_argmin, &arg_kernel<structured_argmin, kArgmin>, "aten::argmin",
+                                      T, std::optional<int64_t>, bool>);
+  m.impl("any", structured_functional<structured_any, &bool_all_kernel<structured_any, kAny>, "aten::any", T>);
+  m.impl("any.all_out", structured_out<structured_any, &bool_all_kernel<structured_any, kAny>, "aten::any", T>);
+  m.impl("any.dim", structured_functional<structured_any_dim, &bool_dim_kernel<structured_any_dim, kAny>,
+                                          "aten::any", T, int64_t, bool>);
+  m.impl("any.out", structured_out<structured_any_dim, &bool_dim_kernel<structured_any_dim, kAny>, "aten::any", T,
+                                   int64_t, bool>);
+  m.impl("any.dims", structured_functional<structured_any_dims, &bool_dims_kernel<structured_any_dims, kAny>,
+                                           "aten::any", T, Dims, bool>);
+  m.impl("any.dims_out", structured_out<structured_any_dims, &bool_dims_kernel<structured_any_dims, kAny>,
+                                        "aten::any", T, Dims, bool>);
+  m.impl("all", structured_functional<structured_all, &bool_all_kernel<structured_all, kAll>, "aten::all", T>);
+  m.impl("all.all_out", structured_out<structured_all, &bool_all_kernel<structured_all, kAll>, "aten::all", T>);
+  m.impl("all.dim", structured_functional<structured_all_dim, &bool_dim_kernel<structured_all_dim, kAll>,
+                                          "aten::all", T, int64_t, bool>);
+  m.impl("all.out", structured_out<structured_all_dim, &bool_dim_kernel<structured_all_dim, kAll>, "aten::all", T,
+                                   int64_t, bool>);
+  m.impl("all.dims", structured_functional<structured_all_dims, &bool_dims_kernel<structured_all_dims, kAll>,
+                                           "aten::all", T, Dims, bool>);
+  m.impl("all.dims_out", structured_out<structured_all_dims, &bool_dims_kernel<structured_all_dims, kAll>,
+                                        "aten::all", T, Dims, bool>);
+  m.impl("prod.dim_int", structured_functional<structured_prod_dim_int, &prod_dim_kernel, "aten::prod", T, int64_t,
+                                               bool, OptDtype>);
+  m.impl("prod.int_out", structured_out<structured_prod_dim_int, &prod_dim_kernel, "aten::prod", T, int64_t, bool,
+                                        OptDtype>);
+  m.impl("prod", full_prod);
+  m.impl("max.dim", minmax_dim<structured_max_dim, kAmax, kArgmax, "aten::max">);
+  m.impl("max.dim_max", minmax_dim_out<structured_max_dim, kAmax, kArgmax, "aten::max">);
+  m.impl("min.dim", minmax_dim<structured_min_dim, kAmin, kArgmin, "aten::min">);
+  m.impl("min.dim_min", minmax_dim_out<structured_min_dim, kAmin, kArgmin, "aten::min">);
+  m.impl("max", full_minmax<kAmax>);
+  m.impl("min", full_minmax<kAmin>);
 }
 
 }  // namespace torch_tpu

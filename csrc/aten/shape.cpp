@@ -2,7 +2,8 @@
 // format, overlap and argument checks as for CPU): each input is one copy
 // into its slice of the output, converting dtypes as cat does. arange on
 // PyTorch's own arange_out (size, checks, resize) and the PrivateUse1 slot
-// of its DispatchStub: one FILL ARANGE record.
+// of its DispatchStub: one FILL ARANGE record. tril and triu on their
+// structured metas: one COPY TRIL / TRIU record (in place too).
 #include <ATen/TensorIterator.h>
 #include <ATen/core/IListRef.h>
 #include <ATen/core/Tensor.h>
@@ -10,6 +11,8 @@
 #include <ATen/native/RangeFactories.h>
 #include <ATen/ops/arange_native.h>
 #include <ATen/ops/cat_meta.h>
+#include <ATen/ops/tril_meta.h>
+#include <ATen/ops/triu_meta.h>
 #include <torch/library.h>
 
 #include "core/glue.h"
@@ -66,6 +69,28 @@ void arange_stub(at::TensorIterator& iter, const c10::Scalar& start, const c10::
   submit(out.device().index(), op, "aten::arange.start_out");
 }
 
+// tril / triu of self into the structured op's output.
+template <class Meta, tpu_copy_fn Fn>
+void triangle_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t diagonal) {
+  const char* name = Fn == TPU_COPY_TRIL ? "aten::tril" : "aten::triu";
+  const at::Tensor& out = op.output_;
+  if (out.numel() == 0) return;
+  check_in_storage(self, name);
+  tpu_op rec{};
+  rec.code = TPU_OP_COPY;
+  rec.fn = Fn;
+  rec.n_in = 1;
+  rec.out = describe(out, name);
+  rec.in[0] = describe(self, name);
+  rec.p.tri.diagonal = diagonal;
+  submit(out.device().index(), rec, name);
+}
+
+using at::meta::structured_tril;
+using at::meta::structured_triu;
+constexpr auto kTril = &triangle_kernel<structured_tril, TPU_COPY_TRIL>;
+constexpr auto kTriu = &triangle_kernel<structured_triu, TPU_COPY_TRIU>;
+
 }  // namespace
 }  // namespace torch_tpu
 
@@ -78,6 +103,13 @@ namespace torch_tpu {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cat", cat);
   m.impl("cat.out", cat_out);
+  using T = const at::Tensor&;
+  m.impl("tril", structured_functional<structured_tril, kTril, "aten::tril", T, int64_t>);
+  m.impl("tril_", structured_inplace<structured_tril, kTril, "aten::tril_", int64_t>);
+  m.impl("tril.out", structured_out<structured_tril, kTril, "aten::tril", T, int64_t>);
+  m.impl("triu", structured_functional<structured_triu, kTriu, "aten::triu", T, int64_t>);
+  m.impl("triu_", structured_inplace<structured_triu, kTriu, "aten::triu_", int64_t>);
+  m.impl("triu.out", structured_out<structured_triu, kTriu, "aten::triu", T, int64_t>);
   m.impl("arange.start_out",
          static_cast<at::Tensor& (*)(const c10::Scalar&, const c10::Scalar&, const c10::Scalar&, at::Tensor&)>(
              at::native::arange_out));

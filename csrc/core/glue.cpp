@@ -25,6 +25,8 @@ namespace torch_tpu {
       TORCH_CHECK_VALUE(false, msg);
     case TPU_ERR_UNSUPPORTED_DTYPE:
       TORCH_CHECK_TYPE(false, msg);
+    case TPU_ERR_INDEX:
+      TORCH_CHECK_INDEX(false, msg);
     default:
       TORCH_CHECK(false, msg);
   }

@@ -13,6 +13,8 @@
 #include <ATen/native/Resize.h>
 
 #include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <cstddef>
 #include <type_traits>
 
@@ -36,8 +38,15 @@ enum class OutputKind {
 
 template <class Meta>
 struct Structured final : public Meta {
+  // `given`: the caller's tensor for Inplace (self) and Out (out=).
   Structured(OutputKind kind, const at::Tensor* given, const char* name) : kind_(kind), name_(name) {
-    if (given != nullptr) output_ = *given;
+    if (given != nullptr) outputs_[0] = *given;
+  }
+  // For ops with several outputs (max.dim's values and indices): the
+  // caller's out= tensors, one per output.
+  Structured(OutputKind kind, std::initializer_list<at::Tensor> given, const char* name) : kind_(kind), name_(name) {
+    TORCH_INTERNAL_ASSERT(given.size() <= outputs_.size());
+    std::copy(given.begin(), given.end(), outputs_.begin());
   }
 
   void set_output_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
@@ -48,36 +57,38 @@ struct Structured final : public Meta {
                               at::TensorOptions options) override {
     set_output(i, sizes, strides, options);
   }
-  const at::Tensor& maybe_get_output(int64_t i) override { return output_; }
+  const at::Tensor& maybe_get_output(int64_t i) override { return outputs_.at(i); }
 
-  at::Tensor output_;
+  std::array<at::Tensor, 3> outputs_;
+  at::Tensor& output_ = outputs_[0];
 
  private:
   void set_output(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& options) {
-    TORCH_INTERNAL_ASSERT(i == 0, "structured ops with several outputs are not wired on tpu yet");
+    TORCH_INTERNAL_ASSERT(i >= 0 && i < static_cast<int64_t>(outputs_.size()));
+    at::Tensor& output = outputs_[i];
     switch (kind_) {
       case OutputKind::Functional:
         // A dtype the device lacks (a uint16 view) is the op's
         // NotImplementedError, as the CPU's missing kernels are.
         TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(options.dtype().toScalarType(), &unused_),
                                     name_, ": tpu does not support dtype ", options.dtype());
-        output_ = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+        output = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
         break;
       case OutputKind::Inplace:
-        TORCH_CHECK(options.dtype() == output_.dtype(), "Bad in-place call: input tensor dtype ", output_.dtype(),
+        TORCH_CHECK(options.dtype() == output.dtype(), "Bad in-place call: input tensor dtype ", output.dtype(),
                     " and output tensor dtype ", options.dtype(), " should match");
-        TORCH_CHECK(options.device() == output_.device(), "Bad in-place call: input tensor device ",
-                    output_.device(), " and output tensor device ", options.device(), " should match");
-        TORCH_CHECK(sizes == output_.sizes(), "Bad in-place call: input tensor size ", output_.sizes(),
+        TORCH_CHECK(options.device() == output.device(), "Bad in-place call: input tensor device ",
+                    output.device(), " and output tensor device ", options.device(), " should match");
+        TORCH_CHECK(sizes == output.sizes(), "Bad in-place call: input tensor size ", output.sizes(),
                     " and output tensor size ", sizes, " should match");
         break;
       case OutputKind::Out: {
-        TORCH_CHECK(options.dtype() == output_.dtype(), "Expected out tensor to have dtype ", options.dtype(),
-                    ", but got ", output_.dtype(), " instead");
-        TORCH_CHECK(options.device() == output_.device(), "Expected out tensor to have device ", options.device(),
-                    ", but got ", output_.device(), " instead");
+        TORCH_CHECK(options.dtype() == output.dtype(), "Expected out tensor to have dtype ", options.dtype(),
+                    ", but got ", output.dtype(), " instead");
+        TORCH_CHECK(options.device() == output.device(), "Expected out tensor to have device ", options.device(),
+                    ", but got ", output.device(), " instead");
         // Restride only a freshly resized out; otherwise its own strides stay.
-        if (at::native::resize_output(output_, sizes) && !strides.empty()) output_.as_strided_(sizes, strides);
+        if (at::native::resize_output(output, sizes) && !strides.empty()) output.as_strided_(sizes, strides);
         break;
       }
     }

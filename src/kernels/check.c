@@ -105,14 +105,13 @@ static tpu_status check_scratch(const tpu_op *op) {
     return TPU_OK;
 }
 
-/* The output may not overlap itself through a zero stride. */
-static tpu_status check_out_no_self_overlap(const tpu_op *op) {
-    const tpu_tensor *t = &op->out;
+/* An output may not overlap itself through a zero stride. */
+static tpu_status check_no_self_overlap(const tpu_op *op, const char *what, const tpu_tensor *t) {
     for (int32_t d = 0; d < t->ndim; d++)
         if (t->sizes[d] > 1 && t->strides[d] == 0)
             return tpu_set_error(TPU_ERR_INVALID_ARG,
-                                 "%s: out has stride 0 in dim %d of size %lld (it would overlap itself)",
-                                 tpu_k_op_label(op), (int)d, (long long)t->sizes[d]);
+                                 "%s: %s has stride 0 in dim %d of size %lld (it would overlap itself)",
+                                 tpu_k_op_label(op), what, (int)d, (long long)t->sizes[d]);
     return TPU_OK;
 }
 
@@ -152,35 +151,51 @@ static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
  * allowed, as PyTorch allows them: only two dense views are compared
  * exactly (their spans are their bytes). */
 static tpu_status check_overlap(const tpu_op *op) {
-    const tpu_tensor *o = &op->out;
-    if (tpu_k_numel(o) == 0 || op->code == TPU_OP_COPY_D2H)
-        return TPU_OK; /* no bytes written, or written to host memory */
+    if (op->code == TPU_OP_COPY_D2H)
+        return TPU_OK; /* written to host memory */
     bool same_view_ok = op->code == TPU_OP_UNARY || op->code == TPU_OP_BINARY ||
                         op->code == TPU_OP_TERNARY || op->code == TPU_OP_COPY;
-    uintptr_t olo, ohi;
-    byte_span(o, &olo, &ohi);
-    for (int i = 0; i < op->n_in; i++) {
-        const tpu_tensor *t = &op->in[i];
-        if (tpu_k_numel(t) == 0 || (i == 0 && op->code == TPU_OP_COPY_H2D))
+    /* Written tensors: out (w = 0), then aux[w - 1]; each against every
+     * input and every written tensor before it. */
+    for (int w = 0; w <= op->n_aux; w++) {
+        const tpu_tensor *o = w == 0 ? &op->out : &op->aux[w - 1];
+        if (tpu_k_numel(o) == 0 || tpu_tensor_is_absent(o))
             continue;
-        uintptr_t lo, hi;
-        byte_span(t, &lo, &hi);
-        if (hi <= olo || ohi <= lo)
-            continue; /* disjoint */
-        if (same_view(o, t)) {
-            /* ADDMM reads each bias element just before it writes that
-             * element of out, so in-place addmm_ is fine too. */
-            if (same_view_ok || (op->code == TPU_OP_MATMUL && i == 2))
+        uintptr_t olo, ohi;
+        byte_span(o, &olo, &ohi);
+        for (int i = 0; i < op->n_in + w; i++) {
+            bool is_input = i < op->n_in;
+            const tpu_tensor *t = is_input ? &op->in[i] : i == op->n_in ? &op->out
+                                                                         : &op->aux[i - op->n_in - 1];
+            if (tpu_k_numel(t) == 0 || tpu_tensor_is_absent(t) ||
+                (is_input && i == 0 && op->code == TPU_OP_COPY_H2D))
                 continue;
-        } else if (!(tpu_k_is_dense(o) && tpu_k_is_dense(t))) {
-            continue; /* spans meet, elements may not: allowed, as in PyTorch */
+            uintptr_t lo, hi;
+            byte_span(t, &lo, &hi);
+            if (hi <= olo || ohi <= lo)
+                continue; /* disjoint */
+            if (same_view(o, t)) {
+                /* ADDMM reads each bias element just before it writes that
+                 * element of out, so in-place addmm_ is fine too. */
+                if (w == 0 && is_input &&
+                    (same_view_ok || (op->code == TPU_OP_MATMUL && i == 2)))
+                    continue;
+            } else if (!(tpu_k_is_dense(o) && tpu_k_is_dense(t))) {
+                continue; /* spans meet, elements may not: allowed, as in PyTorch */
+            }
+            char ow[16], tw[16];
+            snprintf(ow, sizeof ow, w == 0 ? "out" : "aux[%d]", w - 1);
+            if (is_input)
+                snprintf(tw, sizeof tw, "in[%d]", i);
+            else
+                snprintf(tw, sizeof tw, i == op->n_in ? "out" : "aux[%d]", i - op->n_in - 1);
+            return tpu_set_error(TPU_ERR_INVALID_ARG,
+                                 "%s: %s overlaps %s (bytes %p..%p and %p..%p); unsupported "
+                                 "operation: some elements of the input tensor and the written-to "
+                                 "tensor refer to a single memory location",
+                                 tpu_k_op_label(op), ow, tw, (void *)olo, (void *)ohi, (void *)lo,
+                                 (void *)hi);
         }
-        return tpu_set_error(TPU_ERR_INVALID_ARG,
-                             "%s: out overlaps in[%d] (bytes %p..%p and %p..%p); unsupported "
-                             "operation: some elements of the input tensor and the written-to "
-                             "tensor refer to a single memory location",
-                             tpu_k_op_label(op), i, (void *)olo, (void *)ohi, (void *)lo,
-                             (void *)hi);
     }
     return TPU_OK;
 }
@@ -258,8 +273,39 @@ static tpu_status check_reduce(const tpu_op *op) {
                                  (unsigned)mask, (long long)want, (int)d);
         }
     }
-    if (op->fn == TPU_REDUCE_MEAN)
-        return check_float_out(op, "mean needs a floating out");
+    int64_t count = 1;
+    for (int32_t d = 0; d < a->ndim; d++)
+        if ((mask >> d) & 1u)
+            count *= a->sizes[d];
+    switch ((tpu_reduce_fn)op->fn) {
+    case TPU_REDUCE_MEAN: return check_float_out(op, "mean needs a floating out");
+    case TPU_REDUCE_AMAX:
+    case TPU_REDUCE_AMIN:
+    case TPU_REDUCE_ARGMAX:
+    case TPU_REDUCE_ARGMIN: {
+        bool arg = op->fn == TPU_REDUCE_ARGMAX || op->fn == TPU_REDUCE_ARGMIN;
+        if (count == 0 && tpu_k_numel(o) > 0)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: cannot reduce over zero elements (it "
+                                 "has no identity)", name);
+        if (arg && (mask & (mask - 1u)) != 0)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: mask 0x%x names more than one dim",
+                                 name, (unsigned)mask);
+        if (arg ? o->dtype != TPU_DTYPE_I64 : o->dtype != a->dtype)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s is not supported "
+                                 "(%s)", name, tpu_dtype_name(o->dtype),
+                                 arg ? "indices are int64" : "it must be in[0]'s dtype");
+        return TPU_OK;
+    }
+    case TPU_REDUCE_ANY:
+    case TPU_REDUCE_ALL:
+        if (o->dtype != TPU_DTYPE_BOOL && o->dtype != TPU_DTYPE_U8)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s is not supported "
+                                 "(bool or uint8)", name, tpu_dtype_name(o->dtype));
+        return TPU_OK;
+    case TPU_REDUCE_SUM:
+    case TPU_REDUCE_PROD:
+    case TPU_REDUCE_COUNT: break;
+    }
     return TPU_OK;
 }
 
@@ -337,6 +383,12 @@ static tpu_status check_random(const tpu_op *op) {
             return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: probability %g is not in [0, 1]", name, a);
         return TPU_OK;
     }
+    if (op->fn == TPU_RANDOM_INTEGERS) {
+        if (op->out.dtype == TPU_DTYPE_BOOL)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported",
+                                 name);
+        return TPU_OK;
+    }
     tpu_status st = check_float_out(op, "random values are floating");
     if (st != TPU_OK)
         return st;
@@ -349,6 +401,193 @@ static tpu_status check_random(const tpu_op *op) {
     return TPU_OK;
 }
 
+/* t must be present, of rank `ndim` with sizes s0 (and s1), and of dtype dt
+ * (TPU_DTYPE_COUNT: any). `what` names it in the message. */
+static tpu_status check_shape(const tpu_op *op, const char *what, const tpu_tensor *t,
+                              int32_t ndim, int64_t s0, int64_t s1, tpu_dtype dt) {
+    const char *name = tpu_k_op_label(op);
+    char sz[160];
+    if (tpu_tensor_is_absent(t))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s is required", name, what);
+    bool ok = t->ndim == ndim && (ndim < 1 || t->sizes[0] == s0) && (ndim < 2 || t->sizes[1] == s1);
+    if (!ok) {
+        char want[64];
+        if (ndim == 0)
+            snprintf(want, sizeof want, "[]");
+        else if (ndim == 1)
+            snprintf(want, sizeof want, "[%lld]", (long long)s0);
+        else
+            snprintf(want, sizeof want, "[%lld, %lld]", (long long)s0, (long long)s1);
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: %s has sizes %s, expected %s", name, what,
+                             fmt_sizes(sz, sizeof sz, t), want);
+    }
+    if (dt != TPU_DTYPE_COUNT && t->dtype != dt)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: %s has dtype %s, expected %s", name,
+                             what, tpu_dtype_name(t->dtype), tpu_dtype_name(dt));
+    return TPU_OK;
+}
+
+static bool is_index_dtype(tpu_dtype dt) {
+    return dt == TPU_DTYPE_I64 || dt == TPU_DTYPE_I32;
+}
+
+/* NORM: x [M, N] of a float dtype X; parameters and statistics of dtype P
+ * (X, or f32 for f16/bf16 X), given by aux[0] forward and mean backward. */
+static tpu_status check_norm(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    bool fwd = op->fn == TPU_NORM_LAYER_FORWARD;
+    const tpu_tensor *x = &op->in[fwd ? 0 : 1];
+    if (x->ndim != 2)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: x must be 2-d [rows, columns], got %d-d", name,
+                             (int)x->ndim);
+    int64_t m = x->sizes[0], n = x->sizes[1];
+    tpu_dtype xd = x->dtype, pd = fwd ? op->aux[0].dtype : op->in[2].dtype;
+    if (!tpu_dtype_is_float(xd))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype %s is not supported (floating "
+                             "types only)", name, tpu_dtype_name(xd));
+    if (!(pd == xd || (pd == TPU_DTYPE_F32 && (xd == TPU_DTYPE_F16 || xd == TPU_DTYPE_BF16))))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: parameters of dtype %s with x of "
+                             "dtype %s (they must match, or be float32 for a half x)", name,
+                             tpu_dtype_name(pd), tpu_dtype_name(xd));
+    tpu_status st = !fwd && tpu_tensor_is_absent(&op->out)
+                        ? TPU_OK
+                        : check_shape(op, "out", &op->out, 2, m, n, xd);
+    if (fwd) {
+        if (st == TPU_OK && !tpu_tensor_is_absent(&op->in[1]))
+            st = check_shape(op, "weight", &op->in[1], 1, n, 0, pd);
+        if (st == TPU_OK && !tpu_tensor_is_absent(&op->in[2]))
+            st = check_shape(op, "bias", &op->in[2], 1, n, 0, pd);
+        if (st == TPU_OK)
+            st = check_shape(op, "mean", &op->aux[0], 1, m, 0, pd);
+        if (st == TPU_OK)
+            st = check_shape(op, "rstd", &op->aux[1], 1, m, 0, pd);
+        return st;
+    }
+    if (st == TPU_OK)
+        st = check_shape(op, "grad", &op->in[0], 2, m, n, xd);
+    if (st == TPU_OK)
+        st = check_shape(op, "mean", &op->in[2], 1, m, 0, pd);
+    if (st == TPU_OK)
+        st = check_shape(op, "rstd", &op->in[3], 1, m, 0, pd);
+    if (st == TPU_OK && !tpu_tensor_is_absent(&op->in[4]))
+        st = check_shape(op, "weight", &op->in[4], 1, n, 0, pd);
+    if (st == TPU_OK && !tpu_tensor_is_absent(&op->aux[0]))
+        st = check_shape(op, "dweight", &op->aux[0], 1, n, 0, pd);
+    if (st == TPU_OK && !tpu_tensor_is_absent(&op->aux[1]))
+        st = check_shape(op, "dbias", &op->aux[1], 1, n, 0, pd);
+    return st;
+}
+
+static tpu_status check_index(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *src = &op->in[0], *idx = &op->in[1], *o = &op->out;
+    char sa[160], sb[160];
+    if (!is_index_dtype(idx->dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: index dtype %s is not supported "
+                             "(int64 or int32)", name, tpu_dtype_name(idx->dtype));
+    if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD) {
+        if (!tpu_dtype_is_float(o->dtype) || o->ndim != 2)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: out must be a 2-d floating tensor "
+                                 "(got %d-d %s)", name, (int)o->ndim, tpu_dtype_name(o->dtype));
+        if (idx->ndim != 1)
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: indices must be 1-d, got %d-d", name,
+                                 (int)idx->ndim);
+        return check_shape(op, "grad", src, 2, idx->sizes[0], o->sizes[1], o->dtype);
+    }
+    if (o->dtype != src->dtype)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s differs from in[0]'s %s",
+                             name, tpu_dtype_name(o->dtype), tpu_dtype_name(src->dtype));
+    int32_t dim = op->p.index.dim;
+    if (o->ndim != src->ndim || o->ndim < 1 || dim < 0 || dim >= o->ndim)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: out has rank %d, in[0] rank %d, dim %d (ranks "
+                             "must match and dim lie in them)", name, (int)o->ndim,
+                             (int)src->ndim, (int)dim);
+    if (op->fn == TPU_INDEX_SELECT) {
+        if (idx->ndim != 1 || idx->sizes[0] != o->sizes[dim])
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: index has sizes %s but out has %lld entries "
+                                 "in dim %d", name, fmt_sizes(sa, sizeof sa, idx),
+                                 (long long)o->sizes[dim], (int)dim);
+        for (int32_t d = 0; d < o->ndim; d++)
+            if (d != dim && o->sizes[d] != src->sizes[d])
+                return tpu_set_error(TPU_ERR_SHAPE, "%s: out has sizes %s but in[0] has %s", name,
+                                     fmt_sizes(sa, sizeof sa, o), fmt_sizes(sb, sizeof sb, src));
+        return TPU_OK;
+    }
+    /* GATHER */
+    if (idx->ndim != o->ndim)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: index has rank %d but out has %d", name,
+                             (int)idx->ndim, (int)o->ndim);
+    for (int32_t d = 0; d < o->ndim; d++) {
+        if (idx->sizes[d] != o->sizes[d] || (d != dim && src->sizes[d] < o->sizes[d]))
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: index has sizes %s, in[0] %s (index must be "
+                                 "no larger than in[0] in every dim but %d)", name,
+                                 fmt_sizes(sa, sizeof sa, idx), fmt_sizes(sb, sizeof sb, src),
+                                 (int)dim);
+    }
+    return TPU_OK;
+}
+
+static tpu_status check_loss(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_loss_reduction red = op->p.loss.reduction;
+    if ((unsigned)red > (unsigned)TPU_LOSS_REDUCE_SUM)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: invalid reduction %d", name, (int)red);
+    bool fwd = op->fn == TPU_LOSS_NLL_FORWARD;
+    /* The class scores are x forward and dx backward: [N, C] or [C]. */
+    const tpu_tensor *x = fwd ? &op->in[0] : &op->out, *t = &op->in[1];
+    tpu_dtype dt = x->dtype;
+    if (!tpu_dtype_is_float(dt))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype %s is not supported (floating "
+                             "types only)", name, tpu_dtype_name(dt));
+    if (x->ndim != 1 && x->ndim != 2)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: input must be 1-d or 2-d, got %d-d", name,
+                             (int)x->ndim);
+    bool batched = x->ndim == 2;
+    int64_t n = batched ? x->sizes[0] : 1, c = x->sizes[batched ? 1 : 0];
+    if (!is_index_dtype(t->dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: target dtype %s is not supported "
+                             "(int64 or int32)", name, tpu_dtype_name(t->dtype));
+    tpu_status st = check_shape(op, "target", t, batched ? 1 : 0, n, 0, TPU_DTYPE_COUNT);
+    if (st == TPU_OK && !tpu_tensor_is_absent(&op->in[2]))
+        st = check_shape(op, "weight", &op->in[2], 1, c, 0, dt);
+    /* The per-sample values (NONE) have the target's shape; otherwise 0-d. */
+    bool per_sample = red == TPU_LOSS_REDUCE_NONE;
+    int32_t vnd = per_sample && batched ? 1 : 0;
+    if (fwd) {
+        if (st == TPU_OK)
+            st = check_shape(op, "out", &op->out, vnd, n, 0, dt);
+        if (st == TPU_OK)
+            st = check_shape(op, "total_weight", &op->aux[0], 0, 0, 0, dt);
+        return st;
+    }
+    if (st == TPU_OK)
+        st = check_shape(op, "grad", &op->in[0], vnd, n, 0, dt);
+    if (st == TPU_OK)
+        st = check_shape(op, "total_weight", &op->in[3], 0, 0, 0, dt);
+    return st;
+}
+
+/* Whether slot i of in[] (aux: of aux[]) may hold an absent tensor. */
+static bool may_be_absent(const tpu_op *op, bool aux, int i) {
+    switch (op->code) {
+    case TPU_OP_NORM:
+        if (op->fn == TPU_NORM_LAYER_FORWARD)
+            return !aux && (i == 1 || i == 2);
+        return aux || i == 4;
+    case TPU_OP_LOSS: return !aux && i == 2;
+    default: return false;
+    }
+}
+
+/* Further outputs each family writes (aux[0..n)). */
+static int aux_count(const tpu_op *op) {
+    switch (op->code) {
+    case TPU_OP_NORM: return 2;
+    case TPU_OP_LOSS: return op->fn == TPU_LOSS_NLL_FORWARD ? 1 : 0;
+    default: return 0;
+    }
+}
+
 /* Inputs each family reads: a range (BINARY: b is a tensor or a scalar;
  * MATMUL: ADDMM has the bias as a third). */
 static const struct {
@@ -358,6 +597,7 @@ static const struct {
     [TPU_OP_FILL] = {0, 0},   [TPU_OP_UNARY] = {1, 1},    [TPU_OP_BINARY] = {1, 2},
     [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
+    [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {2, 2},    [TPU_OP_LOSS] = {3, 4},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -375,6 +615,13 @@ tpu_status tpu_op_check(const tpu_op *op) {
     int lo = k_arity[op->code].min_in, hi = k_arity[op->code].max_in;
     if (op->code == TPU_OP_MATMUL)
         lo = hi = op->fn == TPU_MATMUL_ADDMM ? 3 : 2;
+    if (op->code == TPU_OP_NORM)
+        lo = hi = op->fn == TPU_NORM_LAYER_FORWARD ? 3 : 5;
+    if (op->code == TPU_OP_LOSS)
+        lo = hi = op->fn == TPU_LOSS_NLL_FORWARD ? 3 : 4;
+    if (op->n_aux != aux_count(op))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_aux is %d (expected %d)", name,
+                             (int)op->n_aux, aux_count(op));
     if (op->n_in < lo || op->n_in > hi)
         return lo == hi ? tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected %d)",
                                         name, (int)op->n_in, lo)
@@ -382,12 +629,25 @@ tpu_status tpu_op_check(const tpu_op *op) {
                                         name, (int)op->n_in, lo, hi);
     /* Each descriptor on its own, then the out-specific rule, then the
      * relations the op needs between them. */
-    static const char *const what[] = {"in[0]", "in[1]", "in[2]"};
-    tpu_status st = check_tensor(op, "out", &op->out);
+    static const char *const what[] = {"in[0]", "in[1]", "in[2]", "in[3]", "in[4]"};
+    static const char *const aux_what[] = {"aux[0]", "aux[1]"};
+    _Static_assert(sizeof what / sizeof what[0] == TPU_OP_MAX_IN, "a name per input slot");
+    _Static_assert(sizeof aux_what / sizeof aux_what[0] == TPU_OP_MAX_AUX, "a name per aux slot");
+    /* NORM's backward may leave out (dx) absent: not wanted. */
+    bool out_optional = op->code == TPU_OP_NORM && op->fn == TPU_NORM_LAYER_BACKWARD;
+    tpu_status st = tpu_tensor_is_absent(&op->out) && out_optional
+                        ? TPU_OK
+                        : check_tensor(op, "out", &op->out);
     for (int i = 0; st == TPU_OK && i < op->n_in; i++)
-        st = check_tensor(op, what[i], &op->in[i]);
+        if (!(tpu_tensor_is_absent(&op->in[i]) && may_be_absent(op, false, i)))
+            st = check_tensor(op, what[i], &op->in[i]);
+    for (int i = 0; st == TPU_OK && i < op->n_aux; i++)
+        if (!(tpu_tensor_is_absent(&op->aux[i]) && may_be_absent(op, true, i)))
+            st = check_tensor(op, aux_what[i], &op->aux[i]);
     if (st == TPU_OK)
-        st = check_out_no_self_overlap(op);
+        st = check_no_self_overlap(op, "out", &op->out);
+    for (int i = 0; st == TPU_OK && i < op->n_aux; i++)
+        st = check_no_self_overlap(op, aux_what[i], &op->aux[i]);
     if (st == TPU_OK)
         st = check_scratch(op);
     if (st != TPU_OK)
@@ -397,7 +657,12 @@ tpu_status tpu_op_check(const tpu_op *op) {
     switch (op->code) {
     case TPU_OP_COPY:
     case TPU_OP_COPY_H2D:
-    case TPU_OP_COPY_D2H: st = check_same_sizes(op, 0); break;
+    case TPU_OP_COPY_D2H:
+        st = check_same_sizes(op, 0);
+        if (st == TPU_OK && op->fn != TPU_COPY_PLAIN && op->out.ndim < 2)
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: needs at least 2 dims, got %d", name,
+                                 (int)op->out.ndim);
+        break;
     case TPU_OP_FILL:
         if (op->fn == TPU_FILL_ARANGE && op->out.dtype == TPU_DTYPE_BOOL)
             return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported", name);
@@ -409,6 +674,9 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_SOFTMAX: st = check_softmax(op); break;
     case TPU_OP_MATMUL: st = check_mm(op); break;
     case TPU_OP_RANDOM: st = check_random(op); break;
+    case TPU_OP_NORM: st = check_norm(op); break;
+    case TPU_OP_INDEX: st = check_index(op); break;
+    case TPU_OP_LOSS: st = check_loss(op); break;
     case TPU_OP_COUNT:
         return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
     }

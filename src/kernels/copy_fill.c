@@ -40,8 +40,40 @@ static inline __attribute__((always_inline)) void convert_one(char *out, tpu_dty
     }
 }
 
+/* TRIL and TRIU: a copy that writes 0 outside the kept triangle of the
+ * last two dims. Position (i, j) is read off the walk's row-major index.
+ * In place (out == in[0]), each element is read just before it is
+ * written, as for a plain copy. */
+static tpu_status copy_triangle(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t rows = o->sizes[o->ndim - 2], cols = o->sizes[o->ndim - 1];
+    const int64_t k = op->p.tri.diagonal;
+    const bool lower = op->fn == TPU_COPY_TRIL;
+    const int64_t *strides[2] = {o->strides, in->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
+    const size_t es = tpu_dtype_size(o->dtype);
+    for (int64_t e = start; e < end; e++, tpu_k_iter_next(&it)) {
+        int64_t j = e % cols, i = (e / cols) % rows;
+        /* j - i cannot overflow: both lie in [0, INT64_MAX). */
+        bool keep = lower ? j - i <= k : j - i >= k;
+        char *dst = tpu_k_ptr(o, it.off[0]);
+        if (keep)
+            convert_one(dst, o->dtype, tpu_k_ptr(in, it.off[1]), in->dtype);
+        else
+            memset(dst, 0, es); /* 0 in every dtype */
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
+    if (op->fn != TPU_COPY_PLAIN)
+        return copy_triangle(op, ith, nth);
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
@@ -242,7 +274,7 @@ static bool wants_tiles(const tpu_k_shape *sh) {
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     bool same = o->dtype == in->dtype;
-    if (!same && !is_fast_float_pair(o->dtype, in->dtype))
+    if (op->fn != TPU_COPY_PLAIN || (!same && !is_fast_float_pair(o->dtype, in->dtype)))
         return tpu_k_copy_ref(op, ith, nth);
     int64_t numel = tpu_k_numel(o);
     bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);

@@ -50,6 +50,11 @@ enum {
 /* The one kernel signature, shared by reference and fast variants. */
 typedef tpu_status (*tpu_k_kernel)(const tpu_op *op, int ith, int nth);
 
+/* The kernel of a family whose ops may run in phases: share `ith` of
+ * `nth` of phase `phase` (see tpu_op_run_phase). It serves both kernel
+ * modes, each phase choosing its own reference or fast path. */
+typedef tpu_status (*tpu_k_phase_kernel)(const tpu_op *op, int phase, int ith, int nth);
+
 /* Name for messages: the submitter's name, else the function's. */
 const char *tpu_k_op_label(const tpu_op *op);
 
@@ -119,6 +124,8 @@ tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
  * kernel modes. */
 int64_t tpu_k_reduce_split_chunks(const tpu_op *op);
 tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth);
+int tpu_k_reduce_phases(const tpu_op *op);              /* 2 when split, else 1 */
+int64_t tpu_k_reduce_scratch_bytes(const tpu_op *op);   /* the split's partials */
 
 /* MATMUL (matmul.c; packed GEMM in gemm.c). */
 tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
@@ -129,6 +136,30 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);
  * Philox blocks in batches (same bytes). */
 tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_random_fast(const tpu_op *op, int ith, int nth);
+
+/* NORM (norm.c). A backward that wants dweight or dbias runs in two
+ * phases: phase 0 computes dx and each fixed block of rows' partial
+ * column sums into scratch, phase 1 adds the blocks in order. */
+tpu_status tpu_k_norm_ref(const tpu_op *op, int ith, int nth);
+int tpu_k_norm_phases(const tpu_op *op);
+int64_t tpu_k_norm_scratch_bytes(const tpu_op *op);
+tpu_status tpu_k_norm_run_phase(const tpu_op *op, int phase, int ith, int nth);
+
+/* INDEX (index.c) and LOSS (loss.c). */
+tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
+
+/* Reads an int64 or int32 index element. */
+static inline int64_t tpu_k_load_index(const void *p, tpu_dtype dt) {
+    if (dt == TPU_DTYPE_I32) {
+        int32_t v;
+        __builtin_memcpy(&v, p, sizeof v);
+        return v;
+    }
+    int64_t v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
 
 /* Philox4x32-10 (Random123): one block of four 32-bit outputs for
  * counter ctr and key. Exposed for the known-answer test. */

@@ -18,6 +18,7 @@ static const char *const k_op_names[] = {
     [TPU_OP_FILL] = "fill",     [TPU_OP_UNARY] = "unary",       [TPU_OP_BINARY] = "binary",
     [TPU_OP_TERNARY] = "ternary", [TPU_OP_SOFTMAX] = "softmax",
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
+    [TPU_OP_NORM] = "norm",     [TPU_OP_INDEX] = "index",       [TPU_OP_LOSS] = "loss",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a name");
@@ -142,7 +143,15 @@ static const char *const k_fill_names[] = {[TPU_FILL_CONSTANT] = "fill",
 _Static_assert(sizeof k_fill_names / sizeof k_fill_names[0] == TPU_FILL_COUNT,
                "every tpu_fill_fn needs a name");
 
-static const char *const k_reduce_names[] = {[TPU_REDUCE_SUM] = "sum", [TPU_REDUCE_MEAN] = "mean"};
+static const char *const k_copy_names[] = {[TPU_COPY_PLAIN] = "copy", [TPU_COPY_TRIL] = "tril",
+                                           [TPU_COPY_TRIU] = "triu"};
+_Static_assert(sizeof k_copy_names / sizeof k_copy_names[0] == TPU_COPY_COUNT,
+               "every tpu_copy_fn needs a name");
+
+static const char *const k_reduce_names[] = {
+    [TPU_REDUCE_SUM] = "sum",       [TPU_REDUCE_MEAN] = "mean",     [TPU_REDUCE_PROD] = "prod",
+    [TPU_REDUCE_AMAX] = "amax",     [TPU_REDUCE_AMIN] = "amin",     [TPU_REDUCE_ARGMAX] = "argmax",
+    [TPU_REDUCE_ARGMIN] = "argmin", [TPU_REDUCE_ANY] = "any",       [TPU_REDUCE_ALL] = "all"};
 _Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_COUNT,
                "every tpu_reduce_fn needs a name");
 static const char *const k_softmax_names[] = {
@@ -155,9 +164,24 @@ _Static_assert(sizeof k_matmul_names / sizeof k_matmul_names[0] == TPU_MATMUL_CO
                "every tpu_matmul_fn needs a name");
 static const char *const k_random_names[] = {[TPU_RANDOM_UNIFORM] = "uniform",
                                              [TPU_RANDOM_NORMAL] = "normal",
-                                             [TPU_RANDOM_BERNOULLI] = "bernoulli"};
+                                             [TPU_RANDOM_BERNOULLI] = "bernoulli",
+                                             [TPU_RANDOM_INTEGERS] = "random"};
 _Static_assert(sizeof k_random_names / sizeof k_random_names[0] == TPU_RANDOM_COUNT,
                "every tpu_random_fn needs a name");
+
+static const char *const k_norm_names[] = {[TPU_NORM_LAYER_FORWARD] = "native_layer_norm",
+                                           [TPU_NORM_LAYER_BACKWARD] = "native_layer_norm_backward"};
+_Static_assert(sizeof k_norm_names / sizeof k_norm_names[0] == TPU_NORM_COUNT,
+               "every tpu_norm_fn needs a name");
+static const char *const k_index_names[] = {[TPU_INDEX_SELECT] = "index_select",
+                                            [TPU_INDEX_GATHER] = "gather",
+                                            [TPU_INDEX_EMBEDDING_BACKWARD] = "embedding_dense_backward"};
+_Static_assert(sizeof k_index_names / sizeof k_index_names[0] == TPU_INDEX_COUNT,
+               "every tpu_index_fn needs a name");
+static const char *const k_loss_names[] = {[TPU_LOSS_NLL_FORWARD] = "nll_loss_forward",
+                                           [TPU_LOSS_NLL_BACKWARD] = "nll_loss_backward"};
+_Static_assert(sizeof k_loss_names / sizeof k_loss_names[0] == TPU_LOSS_COUNT,
+               "every tpu_loss_fn needs a name");
 
 /* Each family's function names (or rows) and count; neither: the family
  * has one function, 0, named after the family. */
@@ -166,7 +190,7 @@ static const struct {
     const tpu_k_fn_row *rows;
     int32_t count;
 } k_fns[] = {
-    [TPU_OP_COPY] = {NULL, NULL, 1},
+    [TPU_OP_COPY] = {k_copy_names, NULL, TPU_COPY_COUNT},
     [TPU_OP_COPY_H2D] = {NULL, NULL, 1},
     [TPU_OP_COPY_D2H] = {NULL, NULL, 1},
     [TPU_OP_FILL] = {k_fill_names, NULL, TPU_FILL_COUNT},
@@ -177,13 +201,22 @@ static const struct {
     [TPU_OP_SOFTMAX] = {k_softmax_names, NULL, TPU_SOFTMAX_COUNT},
     [TPU_OP_MATMUL] = {k_matmul_names, NULL, TPU_MATMUL_COUNT},
     [TPU_OP_RANDOM] = {k_random_names, NULL, TPU_RANDOM_COUNT},
+    [TPU_OP_NORM] = {k_norm_names, NULL, TPU_NORM_COUNT},
+    [TPU_OP_INDEX] = {k_index_names, NULL, TPU_INDEX_COUNT},
+    [TPU_OP_LOSS] = {k_loss_names, NULL, TPU_LOSS_COUNT},
 };
 _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
                "every tpu_op_code needs its function table");
 
-/* Reference and fast kernel of each family (same signature, same results). */
+/* Reference and fast kernel of each family (same signature, same results),
+ * and for families whose ops may run in several phases (tpu_op_phases),
+ * the phase count, the scratch they need and the kernel of every phase
+ * (NULL: one phase, no scratch, ref or fast). */
 static const struct {
     tpu_k_kernel ref, fast;
+    int (*phases)(const tpu_op *op);
+    int64_t (*scratch_bytes)(const tpu_op *op);
+    tpu_k_phase_kernel run_phase;
 } k_kernels[] = {
     [TPU_OP_COPY] = {tpu_k_copy_ref, tpu_k_copy_fast},
     [TPU_OP_COPY_H2D] = {tpu_k_copy_ref, tpu_k_copy_fast},
@@ -192,10 +225,15 @@ static const struct {
     [TPU_OP_UNARY] = {tpu_k_unary_ref, tpu_k_unary_fast},
     [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast},
     [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_fast},
-    [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast},
+    [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast, tpu_k_reduce_phases,
+                       tpu_k_reduce_scratch_bytes, tpu_k_reduce_split},
     [TPU_OP_SOFTMAX] = {tpu_k_softmax_ref, tpu_k_softmax_fast},
     [TPU_OP_MATMUL] = {tpu_k_mm_ref, tpu_k_mm_fast},
     [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
+    [TPU_OP_NORM] = {tpu_k_norm_ref, tpu_k_norm_ref, tpu_k_norm_phases, tpu_k_norm_scratch_bytes,
+                     tpu_k_norm_run_phase},
+    [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref},
+    [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");
@@ -206,6 +244,8 @@ typedef enum {
     WORK_REDUCE,   /* input elements, split over output elements */
     WORK_GEMM,     /* M*N*K multiply-adds, split over rows or columns */
     WORK_ROWS,     /* input elements, split over the rows along one dim */
+    WORK_NORM,     /* input elements, split over rows (or, in phase 1, columns) */
+    WORK_ONE,      /* small: one thread */
 } work_kind;
 
 static const work_kind k_work[] = {
@@ -216,6 +256,7 @@ static const work_kind k_work[] = {
     [TPU_OP_REDUCE] = WORK_REDUCE,  [TPU_OP_MATMUL] = WORK_GEMM,
     [TPU_OP_SOFTMAX] = WORK_ROWS,
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
+    [TPU_OP_NORM] = WORK_NORM, [TPU_OP_INDEX] = WORK_ELEMENTS, [TPU_OP_LOSS] = WORK_ONE,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a thread policy");
@@ -308,6 +349,14 @@ int tpu_op_max_threads(const tpu_op *op) {
         int64_t want = n / ELEMENTS_PER_THREAD;
         return clamp_threads(want < rows ? want : rows);
     }
+    case WORK_NORM: {
+        /* x is in[0] forward and in[1] backward; each share takes whole rows. */
+        const tpu_tensor *x = &op->in[op->fn == TPU_NORM_LAYER_BACKWARD ? 1 : 0];
+        int64_t n = tpu_k_numel(x), rows = x->ndim == 2 ? x->sizes[0] : 1;
+        int64_t want = n / ELEMENTS_PER_THREAD;
+        return clamp_threads(want < rows ? want : rows);
+    }
+    case WORK_ONE: return 1;
     case WORK_GEMM: {
         /* Threads split the larger of M and N; count in double since
          * M*N*K can exceed int64. */
@@ -428,20 +477,16 @@ bool tpu_k_cpu_has_avx2_fma(void) {
     return tpu_kernels_get_isa() >= TPU_ISA_AVX2;
 }
 
-/* Whether the op is a reduction split into fixed chunks (two phases). */
-static bool is_split_reduce(const tpu_op *op) {
-    return op->code == TPU_OP_REDUCE && tpu_k_reduce_split_chunks(op) > 0;
-}
-
 int64_t tpu_op_scratch_bytes(const tpu_op *op) {
-    if (op == NULL || !op_code_valid(op->code) || !is_split_reduce(op))
+    if (op == NULL || !op_code_valid(op->code) || k_kernels[op->code].scratch_bytes == NULL)
         return 0;
-    /* One f64 partial per (output, chunk). */
-    return tpu_k_numel(&op->out) * tpu_k_reduce_split_chunks(op) * (int64_t)sizeof(double);
+    return k_kernels[op->code].scratch_bytes(op);
 }
 
 int tpu_op_phases(const tpu_op *op) {
-    return op != NULL && op_code_valid(op->code) && is_split_reduce(op) ? 2 : 1;
+    if (op == NULL || !op_code_valid(op->code) || k_kernels[op->code].phases == NULL)
+        return 1;
+    return k_kernels[op->code].phases(op);
 }
 
 tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
@@ -455,11 +500,12 @@ tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
     if (nth < 1 || ith < 0 || ith >= nth)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: share ith=%d of nth=%d is out of range",
                              tpu_k_op_label(op), ith, nth);
-    if (phase < 0 || phase >= tpu_op_phases(op))
+    int phases = tpu_op_phases(op);
+    if (phase < 0 || phase >= phases)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: phase %d is out of range (the op has %d)",
-                             tpu_k_op_label(op), phase, tpu_op_phases(op));
-    if (is_split_reduce(op))
-        return tpu_k_reduce_split(op, phase, ith, nth);
+                             tpu_k_op_label(op), phase, phases);
+    if (phases > 1)
+        return k_kernels[op->code].run_phase(op, phase, ith, nth);
     tpu_k_kernel fn = tpu_kernels_get_reference() ? k_kernels[op->code].ref
                                                   : k_kernels[op->code].fast;
     return fn(op, ith, nth);

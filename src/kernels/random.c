@@ -173,6 +173,27 @@ tpu_status tpu_k_random_ref(const tpu_op *op, int ith, int nth) {
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
         uint64_t idx = (uint64_t)i;
         double v;
+        if (op->fn == TPU_RANDOM_INTEGERS) {
+            /* One 32-bit lane per element when the span fits in 32 bits
+             * (4 per block), else two (2 per block); span 0 is 2^64. */
+            uint64_t span = op->p.rand.span, r;
+            if (span != 0 && span <= UINT32_MAX) {
+                r = lanes(&pc, idx / 4)[idx % 4] % span;
+            } else {
+                const uint32_t *x = lanes(&pc, idx / 2);
+                r = (uint64_t)x[2 * (idx % 2)] | (uint64_t)x[2 * (idx % 2) + 1] << 32;
+                if (span != 0)
+                    r %= span;
+            }
+            /* Wrapping add in unsigned arithmetic: from + r lies in the range. */
+            int64_t value = tpu_k_u64_to_i64((uint64_t)op->p.rand.from + r);
+            char *dst = tpu_k_ptr(o, it.off[0]);
+            if (tpu_dtype_is_float(o->dtype))
+                tpu_k_store_f64(dst, o->dtype, (double)value);
+            else
+                tpu_k_store_i64(dst, o->dtype, value);
+            continue;
+        }
         if (uniform) {
             /* One uniform per element: 4 (f32 family) or 2 (f64) per block. */
             double u;

@@ -1,4 +1,6 @@
-/* SUM and MEAN over the dims in p.reduce.mask.
+/* Reductions over the dims in p.reduce.mask: SUM and MEAN (below, with
+ * their fast paths), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
+ * reference loop only: reduce_other).
  *
  * Accumulation type follows out.dtype: f64 for float outputs (each input
  * loaded as f64), wrapping int64 for integer and bool outputs (each input
@@ -50,6 +52,84 @@ static double finish_f64(const tpu_op *op, double sum, int64_t count) {
 
 /* ---------------------------------------------------- reference path */
 
+/* Whether a is "better" than the best so far for AMAX/ARGMAX (largest) or
+ * AMIN/ARGMIN (smallest); a NaN beats everything and nothing beats the
+ * first NaN, so the first NaN wins. */
+static bool beats_f64(double a, double best, bool largest) {
+    if (isnan(best))
+        return true;
+    if (isnan(a))
+        return true;
+    return largest ? a > best : a < best;
+}
+
+/* PROD, AMAX, AMIN, ARGMAX, ARGMIN, ANY, ALL of the `count` elements at
+ * in-offsets walked by `inner` from `base`, stored to dst. */
+static void reduce_other(const tpu_op *op, tpu_k_iter *inner, int64_t base, int64_t count,
+                         char *dst) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    bool float_in = tpu_dtype_is_float(in->dtype);
+    switch ((tpu_reduce_fn)op->fn) {
+    case TPU_REDUCE_PROD:
+        if (tpu_dtype_is_float(o->dtype)) {
+            double acc = 1.0;
+            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(inner))
+                acc *= tpu_k_load_f64(tpu_k_ptr(in, base + inner->off[0]), in->dtype);
+            tpu_k_store_f64(dst, o->dtype, acc);
+        } else {
+            uint64_t acc = 1; /* unsigned: integer products wrap */
+            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(inner))
+                acc *= (uint64_t)tpu_k_load_int(tpu_k_ptr(in, base + inner->off[0]), in->dtype,
+                                                o->dtype);
+            tpu_k_store_i64(dst, o->dtype, tpu_k_u64_to_i64(acc));
+        }
+        return;
+    case TPU_REDUCE_AMAX:
+    case TPU_REDUCE_AMIN:
+    case TPU_REDUCE_ARGMAX:
+    case TPU_REDUCE_ARGMIN: {
+        bool largest = op->fn == TPU_REDUCE_AMAX || op->fn == TPU_REDUCE_ARGMAX;
+        int64_t best_at = 0;
+        double best_f = 0.0;
+        int64_t best_i = 0;
+        for (int64_t r = 0; r < count; r++, tpu_k_iter_next(inner)) {
+            const char *x = tpu_k_ptr(in, base + inner->off[0]);
+            if (float_in) {
+                double v = tpu_k_load_f64(x, in->dtype);
+                if (r == 0 || beats_f64(v, best_f, largest)) {
+                    best_f = v;
+                    best_at = r;
+                }
+            } else {
+                int64_t v = tpu_k_load_i64(x, in->dtype);
+                if (r == 0 || (largest ? v > best_i : v < best_i)) {
+                    best_i = v;
+                    best_at = r;
+                }
+            }
+        }
+        if (op->fn == TPU_REDUCE_ARGMAX || op->fn == TPU_REDUCE_ARGMIN)
+            tpu_k_store_i64(dst, o->dtype, best_at);
+        else if (float_in)
+            tpu_k_store_f64(dst, o->dtype, best_f);
+        else
+            tpu_k_store_i64(dst, o->dtype, best_i);
+        return;
+    }
+    case TPU_REDUCE_ANY:
+    case TPU_REDUCE_ALL: {
+        bool any = op->fn == TPU_REDUCE_ANY, acc = !any;
+        for (int64_t r = 0; r < count && acc != any; r++, tpu_k_iter_next(inner))
+            acc = tpu_k_load_bool(tpu_k_ptr(in, base + inner->off[0]), in->dtype);
+        tpu_k_store_i64(dst, o->dtype, acc);
+        return;
+    }
+    case TPU_REDUCE_SUM:
+    case TPU_REDUCE_MEAN:
+    case TPU_REDUCE_COUNT: break;
+    }
+}
+
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     int64_t start, end;
@@ -74,7 +154,9 @@ tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
         tpu_k_iter inner;
         tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
         char *dst = tpu_k_ptr(o, outer.off[0]);
-        if (float_out) {
+        if (op->fn != TPU_REDUCE_SUM && op->fn != TPU_REDUCE_MEAN) {
+            reduce_other(op, &inner, base, count, dst);
+        } else if (float_out) {
             double acc = 0.0;
             for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner))
                 acc += tpu_k_load_f64(tpu_k_ptr(in, base + inner.off[0]), in->dtype);
@@ -196,7 +278,8 @@ enum {
 
 int64_t tpu_k_reduce_split_chunks(const tpu_op *op) {
     const tpu_tensor *in = &op->in[0];
-    if (!tpu_dtype_is_float(in->dtype) || !tpu_dtype_is_float(op->out.dtype) || in->data == NULL ||
+    if ((op->fn != TPU_REDUCE_SUM && op->fn != TPU_REDUCE_MEAN) || !tpu_dtype_is_float(in->dtype) ||
+        !tpu_dtype_is_float(op->out.dtype) || in->data == NULL ||
         !tpu_k_is_aligned(in) || tpu_k_numel(&op->out) > SPLIT_MAX_OUTPUTS ||
         trailing_block(op) < 0)
         return 0;
@@ -231,6 +314,15 @@ static double split_chunk_sum(const char *x, tpu_dtype dt, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         s += tpu_k_load_f64(x + (size_t)i * sizeof(double), dt);
     return s;
+}
+
+int tpu_k_reduce_phases(const tpu_op *op) {
+    return tpu_k_reduce_split_chunks(op) > 0 ? 2 : 1;
+}
+
+int64_t tpu_k_reduce_scratch_bytes(const tpu_op *op) {
+    /* One f64 partial per (output, chunk). */
+    return tpu_k_numel(&op->out) * tpu_k_reduce_split_chunks(op) * (int64_t)sizeof(double);
 }
 
 tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth) {
@@ -362,7 +454,8 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
 /* Fast paths for aligned f32 input and float output: trailing-dims and
  * leading-dims reductions of contiguous data. The rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
-    if (op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
+    bool is_sum = op->fn == TPU_REDUCE_SUM || op->fn == TPU_REDUCE_MEAN;
+    if (is_sum && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
         tpu_dtype_is_float(op->out.dtype)) {
         if (trailing_block(op) >= 0)
             return reduce_trailing(op, ith, nth);

@@ -419,16 +419,22 @@ static tpu_status check_live(const tpu_stream *s, const tpu_op *op, const char *
 }
 
 static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
-    static const char *const what[] = {"the storage of in[0]", "the storage of in[1]",
-                                       "the storage of in[2]"};
-    for (int i = -1; i < op->n_in; i++) {
-        const tpu_tensor *t = i < 0 ? &op->out : &op->in[i];
-        bool host = (i < 0 && op->code == TPU_OP_COPY_D2H) || (i == 0 && op->code == TPU_OP_COPY_H2D);
+    /* out (k = -1), the inputs, then the further outputs. */
+    for (int k = -1; k < op->n_in + op->n_aux; k++) {
+        bool is_in = k >= 0 && k < op->n_in;
+        const tpu_tensor *t = k < 0 ? &op->out : is_in ? &op->in[k] : &op->aux[k - op->n_in];
+        bool host = (k < 0 && op->code == TPU_OP_COPY_D2H) || (k == 0 && op->code == TPU_OP_COPY_H2D);
         if (host || !t->data)
-            continue; /* host memory, or no elements (data is NULL then) */
-        bool any_chip = i >= 0 && op->code == TPU_OP_COPY;
-        tpu_status st = check_live(s, op, i < 0 ? "the storage of out" : what[i], any_chip,
-                                   t->storage, t->storage_nbytes);
+            continue; /* host memory, or no elements or absent (data is NULL then) */
+        bool any_chip = is_in && op->code == TPU_OP_COPY;
+        char what[32];
+        if (k < 0)
+            snprintf(what, sizeof what, "the storage of out");
+        else if (is_in)
+            snprintf(what, sizeof what, "the storage of in[%d]", k);
+        else
+            snprintf(what, sizeof what, "the storage of aux[%d]", k - op->n_in);
+        tpu_status st = check_live(s, op, what, any_chip, t->storage, t->storage_nbytes);
         if (st != TPU_OK)
             return st;
     }

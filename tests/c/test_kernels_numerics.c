@@ -172,10 +172,10 @@ static void test_dtype_basics(void) {
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_MATMUL, TPU_MATMUL_ADDMM), "addmm") == 0);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_UNARY, TPU_UNARY_GELU_TANH), "gelu_tanh") == 0);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_COPY, 0), "copy") == 0);
-    CHECK(strcmp(tpu_op_fn_name(TPU_OP_COPY, 1), "invalid") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_COPY, TPU_COPY_COUNT), "invalid") == 0 && strcmp(tpu_op_fn_name(TPU_OP_COPY_H2D, 1), "invalid") == 0);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_BINARY, TPU_BINARY_COUNT), "invalid") == 0);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_COUNT, 0), "invalid") == 0);
-    CHECK(tpu_op_fn_count(TPU_OP_UNARY) == TPU_UNARY_COUNT && tpu_op_fn_count(TPU_OP_COPY) == 1);
+    CHECK(tpu_op_fn_count(TPU_OP_UNARY) == TPU_UNARY_COUNT && tpu_op_fn_count(TPU_OP_COPY) == TPU_COPY_COUNT && tpu_op_fn_count(TPU_OP_COPY_H2D) == 1);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_FILL, TPU_FILL_ARANGE), "arange") == 0);
     CHECK(strcmp(tpu_op_name(TPU_OP_COPY_H2D), "copy_h2d") == 0);
     CHECK(strcmp(tpu_op_name(TPU_OP_COUNT), "invalid") == 0);

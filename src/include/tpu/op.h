@@ -79,8 +79,21 @@ typedef enum {
     TPU_OP_SOFTMAX,  /* softmax family along one dim; tpu_softmax_fn, p.softmax */
     TPU_OP_MATMUL,   /* matrix products; tpu_matmul_fn, p.mm */
     TPU_OP_RANDOM,   /* out drawn from a distribution; tpu_random_fn, p.rand */
+    TPU_OP_NORM,     /* layer normalization and its backward; tpu_norm_fn, p.norm */
+    TPU_OP_INDEX,    /* gathers and scatters by an index tensor; tpu_index_fn, p.index */
+    TPU_OP_LOSS,     /* losses against targets and their backward; tpu_loss_fn, p.loss */
     TPU_OP_COUNT
 } tpu_op_code;
+
+/* COPY functions (COPY_H2D and COPY_D2H have only PLAIN). out and in[0]
+ * have equal sizes; TRIL and TRIU need rank >= 2 and act on the last two
+ * dims (row i, column j), writing 0 (false) where they do not copy. */
+typedef enum {
+    TPU_COPY_PLAIN = 0, /* out = (out.dtype) in[0] */
+    TPU_COPY_TRIL,      /* out = j - i <= p.tri.diagonal ? in[0] : 0 */
+    TPU_COPY_TRIU,      /* out = j - i >= p.tri.diagonal ? in[0] : 0 */
+    TPU_COPY_COUNT
+} tpu_copy_fn;
 
 /* FILL functions. */
 typedef enum {
@@ -215,6 +228,14 @@ typedef enum {
 typedef enum {
     TPU_REDUCE_SUM = 0, /* f64 accumulator for float outs, wrapping i64 for integer and bool */
     TPU_REDUCE_MEAN,    /* sum / count; float out; NaN over zero elements */
+    TPU_REDUCE_PROD,    /* product; accumulators as SUM; 1 over zero elements */
+    TPU_REDUCE_AMAX,    /* largest value, NaN if any is NaN; out.dtype == in[0].dtype; needs elements */
+    TPU_REDUCE_AMIN,    /* smallest, likewise */
+    TPU_REDUCE_ARGMAX,  /* int64 index along the one reduced dim of the first largest value (the
+                         * first NaN if any); mask has at most one bit; needs elements */
+    TPU_REDUCE_ARGMIN,  /* likewise, the first smallest */
+    TPU_REDUCE_ANY,     /* 1 if any element is nonzero (NaN is nonzero), else 0; out bool or uint8 */
+    TPU_REDUCE_ALL,     /* 1 if every element is nonzero (1 over zero elements); likewise */
     TPU_REDUCE_COUNT
 } tpu_reduce_fn;
 
@@ -244,8 +265,71 @@ typedef enum {
     TPU_RANDOM_UNIFORM = 0, /* out ~ U[p.rand.a, p.rand.b) */
     TPU_RANDOM_NORMAL,      /* out ~ N(mean p.rand.a, std p.rand.b) */
     TPU_RANDOM_BERNOULLI,   /* out = 1 with probability p.rand.a, else 0; any out dtype */
+    TPU_RANDOM_INTEGERS,    /* out = p.rand.from + (r mod p.rand.span), r a uniform 64-bit draw
+                             * (32-bit when span < 2^32); span 0 means 2^64; any out dtype but
+                             * bool, values exact in it */
     TPU_RANDOM_COUNT
 } tpu_random_fn;
+
+/* NORM functions: layer normalization over the last dim of 2-d rows.
+ * x = in[0] is [M, N] (M rows of N elements, each normalized on its own);
+ * weight and bias are [N] and optional (absent: 1 and 0). mean and rstd
+ * are [M]: mean of the row and 1 / sqrt(biased variance + p.norm.eps).
+ * Statistics, sums and results are computed in f64 and rounded once on
+ * store. x, out and the gradients share x's dtype; weight, bias, mean and
+ * rstd share a "parameter" dtype, x's or f32 when x is f16/bf16 (mixed
+ * precision, as PyTorch's CPU layer norm). */
+typedef enum {
+    TPU_NORM_LAYER_FORWARD = 0, /* in: x, weight?, bias?; out = (x - mean) * rstd * weight + bias;
+                                 * aux[0] = mean, aux[1] = rstd */
+    TPU_NORM_LAYER_BACKWARD,    /* in: grad g, x, mean, rstd, weight?; out = dx (absent: not
+                                 * wanted), aux[0] = dweight = sum over rows of g * xhat,
+                                 * aux[1] = dbias = sum over rows of g (each absent: not
+                                 * wanted); xhat = (x - mean) * rstd */
+    TPU_NORM_COUNT
+} tpu_norm_fn;
+
+/* INDEX functions. An index tensor is int64 or int32; an index outside
+ * [0, size) is a kernel-side TPU_ERR_INDEX naming the value and the size
+ * (reported at the next sync), as PyTorch's gathers take no negative
+ * indices. */
+typedef enum {
+    TPU_INDEX_SELECT = 0,       /* out = in[0] with dim p.index.dim taken at the entries of
+                                 * in[1] (1-d of out.sizes[dim] entries); out's other sizes
+                                 * are in[0]'s; same dtype */
+    TPU_INDEX_GATHER,           /* out[..i_d..] = in[0][..in[1][..i_d..]..] along dim
+                                 * p.index.dim; in[1] has out's sizes, in[0] at least those
+                                 * in every other dim; same dtype */
+    TPU_INDEX_EMBEDDING_BACKWARD, /* out [W, D] = sum of rows of in[0] ([n, D] gradient) into
+                                 * the rows named by in[1] ([n], entries in [0, W): no
+                                 * wrapping), skipping entries equal to p.index.padding_idx;
+                                 * with p.index.scale_by_freq each row divided by its count;
+                                 * rows nobody names are 0; float */
+    TPU_INDEX_COUNT
+} tpu_index_fn;
+
+/* Reductions of a per-sample loss (PyTorch's Reduction enum). */
+typedef enum {
+    TPU_LOSS_REDUCE_NONE = 0,
+    TPU_LOSS_REDUCE_MEAN,
+    TPU_LOSS_REDUCE_SUM,
+} tpu_loss_reduction;
+
+/* LOSS functions. Negative log likelihood of log-probabilities x = in[0]
+ * ([N, C], or [C] for one sample with no N dim) at int64 targets t = in[1]
+ * ([N], or 0-d), with optional class weights w = in[2] ([C]). A sample
+ * whose target is p.loss.ignore_index counts 0 with weight 0; any other
+ * target outside [0, C) is a kernel-side TPU_ERR_INDEX. Sums in f64, in
+ * sample order; x, out, weights share one float dtype. */
+typedef enum {
+    TPU_LOSS_NLL_FORWARD = 0, /* out: [N] of -w[t_i] x[i, t_i] (NONE), or 0-d: their sum (SUM)
+                               * or their sum / aux[0] (MEAN); aux[0] = total weight, 0-d,
+                               * the sum of w[t_i] over samples not ignored */
+    TPU_LOSS_NLL_BACKWARD,    /* in: grad g (0-d, or [N] for NONE), t, w?, total weight (0-d);
+                               * out = dx, x's sizes: -w[t_i] g (/ total weight for MEAN) at
+                               * [i, t_i], 0 elsewhere */
+    TPU_LOSS_COUNT
+} tpu_loss_fn;
 
 typedef enum {
     TPU_ROUND_NONE = 0, /* true division */
@@ -262,12 +346,30 @@ typedef enum {
     TPU_PRECISION_MEDIUM,      /* 1 bf16 pass, f32 accumulation */
 } tpu_precision;
 
+/* Most inputs and further outputs a record carries. */
+#define TPU_OP_MAX_IN 5
+#define TPU_OP_MAX_AUX 2
+
+/* An optional operand that is not given (NORM's weight, a gradient not
+ * wanted) is an absent descriptor: all zero, so data NULL and ndim 0
+ * (a present 0-d tensor has an element, so its data is never NULL). Only
+ * the slots a family names optional may be absent. */
+static inline bool tpu_tensor_is_absent(const tpu_tensor *t) {
+    return t->data == NULL && t->ndim == 0;
+}
+
 typedef struct tpu_op {
     tpu_op_code code;
-    int32_t fn;          /* the family's function code (tpu_unary_fn, ...); 0 for COPY */
+    int32_t fn;          /* the family's function code (tpu_unary_fn, ...) */
     int32_t n_in;        /* number of tensors used in in[] */
+    int32_t n_aux;       /* number of further outputs used in aux[] */
     tpu_tensor out;
-    tpu_tensor in[3];
+    tpu_tensor in[TPU_OP_MAX_IN];
+    /* Outputs beyond `out`, for families that write several (NORM's
+     * statistics and parameter gradients, LOSS's total weight). They obey
+     * out's rules: no self-overlap, and no byte shared with any input,
+     * with out or with each other. */
+    tpu_tensor aux[TPU_OP_MAX_AUX];
     union {
         /* UNARY, BINARY, TERNARY. Each input is converted to `common` as a cast
          * does (the dtype PyTorch computes in: TensorIterator's common
@@ -321,7 +423,28 @@ typedef struct tpu_op {
         struct {
             uint64_t seed, offset;
             double a, b;
+            int64_t from;  /* INTEGERS */
+            uint64_t span; /* INTEGERS */
         } rand;
+        /* COPY TRIL, TRIU. */
+        struct {
+            int64_t diagonal;
+        } tri;
+        /* NORM. */
+        struct {
+            double eps; /* > 0 or == 0; FORWARD only */
+        } norm;
+        /* INDEX. */
+        struct {
+            int32_t dim;            /* SELECT, GATHER: 0 <= dim < rank (0-d as 1-d of size 1) */
+            int64_t padding_idx;    /* EMBEDDING_BACKWARD; -1: none */
+            bool scale_by_freq;     /* EMBEDDING_BACKWARD */
+        } index;
+        /* LOSS. */
+        struct {
+            tpu_loss_reduction reduction;
+            int64_t ignore_index;
+        } loss;
     } p;
     /* Device memory the kernel may use as it likes while the op runs (the
      * partial results of a split reduction): at least

@@ -26,6 +26,7 @@ typedef enum {
     TPU_ERR_DIV_BY_ZERO,      /* integer division by zero inside a kernel */
     TPU_ERR_FORKED,           /* the runtime was used before fork(); the child cannot use it */
     TPU_ERR_OUT_OF_BOUNDS,    /* a view reaches outside its storage, or past live device memory */
+    TPU_ERR_INDEX,            /* an index value inside a tensor is out of range (kernel-side) */
     TPU_ERR_INTERNAL,         /* a broken invariant of this library: a bug */
     TPU_STATUS_COUNT
 } tpu_status;

@@ -1,0 +1,112 @@
+/* INDEX: gathers (index_select, gather) and the embedding's dense
+ * backward, a scatter-add.
+ *
+ * An index is checked where it is read: one outside [0, size) stops the share with TPU_ERR_INDEX, naming
+ * the value and the size, and is reported at the next sync. Nothing is
+ * ever read or written through it.
+ *
+ * Work split. Gathers: contiguous ranges of out's row-major elements.
+ * Embedding backward: contiguous ranges of out's rows; each share scans
+ * every index in order and adds the gradient rows that land in its own
+ * rows, so every output row is summed in index order by one share,
+ * whatever the thread count (no atomics, no scratch). */
+#include <string.h>
+
+#include "kernels_internal.h"
+#include "strided.h"
+
+/* Whether index value v lies in [0, size) (PyTorch's gathers take no
+ * negative indices); if not, sets the error. */
+static bool index_ok(const tpu_op *op, int64_t v, int64_t size) {
+    if (v < 0 || v >= size) {
+        tpu_set_error(TPU_ERR_INDEX, "%s: index %lld is out of bounds for dimension %d with size %lld",
+                      tpu_k_op_label(op), (long long)v, (int)op->p.index.dim, (long long)size);
+        return false;
+    }
+    return true;
+}
+
+/* SELECT and GATHER: out element by element. */
+static tpu_status gather_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *src = &op->in[0], *idx = &op->in[1];
+    const int32_t dim = op->p.index.dim;
+    const bool select = op->fn == TPU_INDEX_SELECT;
+    int64_t start, end;
+    if (select && tpu_k_numel(o) == 0) {
+        /* Nothing to copy (another dim is empty), but PyTorch still
+         * refuses an index out of range: share 0 checks them all. */
+        for (int64_t i = 0; ith == 0 && i < idx->sizes[0]; i++)
+            if (!index_ok(op, tpu_k_load_index(tpu_k_ptr(idx, i * idx->strides[0]), idx->dtype),
+                          src->sizes[dim]))
+                return TPU_ERR_INDEX;
+        return TPU_OK;
+    }
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    /* Walk out's shape with out's strides, src's strides with dim zeroed
+     * (its position comes from the index), and the index's strides: its
+     * own for GATHER, only along dim for SELECT. */
+    int64_t src_strides[TPU_MAX_DIMS], idx_strides[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < o->ndim; d++) {
+        src_strides[d] = d == dim ? 0 : src->strides[d];
+        idx_strides[d] = select ? (d == dim ? idx->strides[0] : 0) : idx->strides[d];
+    }
+    const int64_t *strides[3] = {o->strides, src_strides, idx_strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 3, strides, start);
+    const size_t es = tpu_dtype_size(o->dtype);
+    const int64_t size = src->sizes[dim];
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        int64_t k = tpu_k_load_index(tpu_k_ptr(idx, it.off[2]), idx->dtype);
+        if (!index_ok(op, k, size))
+            return TPU_ERR_INDEX;
+        memcpy(tpu_k_ptr(o, it.off[0]), tpu_k_ptr(src, it.off[1] + k * src->strides[dim]), es);
+    }
+    return TPU_OK;
+}
+
+/* EMBEDDING_BACKWARD: rows [r0, r1) of out. */
+static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *grad = &op->in[0], *idx = &op->in[1];
+    const int64_t w = o->sizes[0], d = o->sizes[1], n = idx->sizes[0];
+    const int64_t pad = op->p.index.padding_idx;
+    int64_t r0, r1;
+    tpu_k_split(w, ith, nth, &r0, &r1);
+    if (r0 >= r1)
+        return TPU_OK;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t j = 0; j < d; j++)
+            tpu_k_store_f64(tpu_k_ptr(o, r * o->strides[0] + j * o->strides[1]), o->dtype, 0.0);
+    /* Sums in f64 would need a row buffer per output row; the sum is kept
+     * in out's dtype as PyTorch's CPU kernel keeps it (index_add in the
+     * gradient's dtype), one rounding per added row. */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = tpu_k_load_index(tpu_k_ptr(idx, i * idx->strides[0]), idx->dtype);
+        if (k < 0 || k >= w)
+            return tpu_set_error(TPU_ERR_INDEX, "%s: index %lld is out of range for %lld embeddings",
+                                 tpu_k_op_label(op), (long long)k, (long long)w);
+        if (k < r0 || k >= r1 || k == pad)
+            continue;
+        double scale = 1.0;
+        if (op->p.index.scale_by_freq) {
+            int64_t count = 0;
+            for (int64_t q = 0; q < n; q++)
+                count += tpu_k_load_index(tpu_k_ptr(idx, q * idx->strides[0]), idx->dtype) == k;
+            scale = 1.0 / (double)count;
+        }
+        for (int64_t j = 0; j < d; j++) {
+            char *dst = tpu_k_ptr(o, k * o->strides[0] + j * o->strides[1]);
+            double g = tpu_k_load_f64(tpu_k_ptr(grad, i * grad->strides[0] + j * grad->strides[1]),
+                                      grad->dtype);
+            tpu_k_store_f64(dst, o->dtype, tpu_k_load_f64(dst, o->dtype) + g * scale);
+        }
+    }
+    return TPU_OK;
+}
+
+tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD)
+        return embedding_backward_ref(op, ith, nth);
+    return gather_ref(op, ith, nth);
+}
