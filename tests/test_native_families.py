@@ -1,0 +1,277 @@
+"""The native layer norm, reduction (prod, amax/amin, argmax/argmin, any/all,
+max/min), tril/triu, gather (index_select, gather, embedding backward), NLL
+loss and random_ kernels against PyTorch's CPU backend, with the CPU
+fallback turned into an error so that every op here runs natively."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+TOL = {torch.float32: (2e-6, 2e-5), torch.float64: (1e-12, 1e-12),
+       torch.bfloat16: (1.6e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(autouse=True)
+def strict_native():
+    torch.tpu.set_fallback_error(True)
+    yield
+    torch.tpu.set_fallback_error(False)
+
+
+def randn(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+
+def check(cpu, tpu, tol_dtype=None):
+    assert tpu.device.type == "tpu"
+    assert tpu.dtype == cpu.dtype and tpu.shape == cpu.shape
+    rtol, atol = TOL.get(tol_dtype or cpu.dtype, (0, 0))
+    torch.testing.assert_close(tpu.cpu(), cpu, rtol=rtol, atol=atol, equal_nan=True)
+
+
+# ---------------------------------------------------------------- layer norm
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("shape,normalized", [((4, 6, 8), (8,)), ((3, 5, 4), (5, 4)), ((7,), (7,)),
+                                              ((0, 3), (3,)), ((2, 1), (1,))])
+def test_layer_norm_forward_and_backward(dtype, affine, shape, normalized):
+    """Against the CPU computing in float64 from the same (rounded) inputs:
+    for float16/bfloat16 the CPU's own half-precision parameter gradients
+    are further from that than the tpu's (it sums rows in reduced
+    precision; the tpu sums in f64 and rounds once)."""
+    x = randn(*shape, dtype=dtype)
+    w = randn(*normalized, dtype=dtype, seed=1) if affine != "none" else None
+    b = randn(*normalized, dtype=dtype, seed=2) if affine == "both" else None
+    g = randn(*shape, dtype=dtype, seed=3)
+    results = []
+    for dev, dt in (("cpu", torch.float64), ("tpu", dtype)):
+        leaves = [t.to(dev, dt, copy=True).requires_grad_() if t is not None else None for t in (x, w, b)]
+        y = F.layer_norm(leaves[0], normalized, leaves[1], leaves[2], eps=1e-5)
+        y.backward(g.to(dev, dt))
+        results.append([y.detach()] + [t.grad for t in leaves if t is not None])
+    for ref, got in zip(*results):
+        check(ref.to(dtype), got, tol_dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_layer_norm_mixed_precision_statistics(dtype):
+    """A half input with float32 parameters keeps float32 statistics (as CPU)."""
+    x, w, b = randn(5, 16, dtype=dtype), randn(16, seed=1), randn(16, seed=2)
+    cpu = torch.ops.aten.native_layer_norm(x, [16], w, b, 1e-6)
+    tpu = torch.ops.aten.native_layer_norm(x.to("tpu"), [16], w.to("tpu"), b.to("tpu"), 1e-6)
+    for c, t in zip(cpu, tpu):
+        check(c, t, tol_dtype=dtype)
+
+
+def test_layer_norm_non_contiguous_input_and_grad():
+    x = randn(8, 6).t()  # [6, 8], transposed
+    w, b = randn(8, seed=1), randn(8, seed=2)
+    check(F.layer_norm(x, (8,), w, b), F.layer_norm(x.to("tpu"), (8,), w.to("tpu"), b.to("tpu")))
+    g = randn(8, 6, seed=4).t()
+    args = (randn(6, 8), [8], torch.zeros(6, 1), torch.ones(6, 1), w, b, [True, True, True])
+    cpu = torch.ops.aten.native_layer_norm_backward(g, *args)
+    tpu = torch.ops.aten.native_layer_norm_backward(g.to("tpu"), *[a.to("tpu") if torch.is_tensor(a) else a
+                                                                    for a in args])
+    for c, t in zip(cpu, tpu):
+        check(c, t)
+
+
+def test_layer_norm_bad_inputs():
+    x = torch.randn(3, 4, device="tpu")
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        F.layer_norm(x, (5,))
+    with pytest.raises(RuntimeError, match="weight"):
+        F.layer_norm(x, (4,), torch.ones(3, device="tpu"))
+    with pytest.raises(NotImplementedError, match="LayerNorm"):
+        torch.ops.aten.native_layer_norm(torch.ones(3, 4, dtype=torch.long, device="tpu"), [4], None, None, 1e-5)
+
+
+# ---------------------------------------------------------------- reductions
+
+def reduce_input(dtype, shape=(5, 6, 7), seed=0):
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=torch.Generator().manual_seed(seed)).bool()
+    if not dtype.is_floating_point:
+        return torch.randint(-4, 5, shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    x = randn(*shape, seed=seed)
+    x.view(-1)[3] = x.view(-1)[11]  # a tie
+    return x.to(dtype)
+
+
+REDUCTIONS = [
+    lambda x: torch.amax(x, 1), lambda x: torch.amax(x, (0, 2), keepdim=True), lambda x: torch.amin(x, -1),
+    lambda x: torch.amax(x, ()), lambda x: torch.argmax(x), lambda x: torch.argmax(x, 1),
+    lambda x: torch.argmin(x, 0, keepdim=True), lambda x: torch.max(x, 2).values, lambda x: torch.max(x, 2).indices,
+    lambda x: torch.min(x, 0, keepdim=True).indices, lambda x: torch.max(x), lambda x: torch.min(x),
+    lambda x: torch.any(x), lambda x: torch.all(x, 1), lambda x: torch.any(x, (0, 2)), lambda x: torch.all(x != 0),
+    lambda x: torch.prod(x, 1), lambda x: torch.prod(x),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+                                   torch.uint8, torch.bool])
+@pytest.mark.parametrize("fn", REDUCTIONS)
+def test_reductions_match_cpu(fn, dtype):
+    x = reduce_input(dtype)
+    try:
+        expected = fn(x)
+    except (RuntimeError, NotImplementedError) as e:  # e.g. argmax of bool: no CPU kernel
+        with pytest.raises(type(e)):
+            fn(x.to("tpu"))
+        return
+    check(expected, fn(x.to("tpu")))
+    check(fn(x.transpose(0, 2)), fn(x.to("tpu").transpose(0, 2)))
+
+
+def test_reductions_nan_and_first_index():
+    x = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [2.0, 5.0, 5.0, -1.0]])
+    t = x.to("tpu")
+    for fn in (lambda v: v.amax(1), lambda v: v.argmax(1), lambda v: v.argmin(1), lambda v: v.max(1).indices,
+               lambda v: v.min(1).values):
+        check(fn(x), fn(t))
+
+
+def test_reduction_out_variants_and_errors():
+    x = randn(4, 5)
+    out = torch.empty(0, device="tpu")
+    torch.amax(x.to("tpu"), 1, out=out)
+    check(torch.amax(x, 1), out)
+    vals, idx = torch.empty(0, device="tpu"), torch.empty(0, dtype=torch.long, device="tpu")
+    torch.max(x.to("tpu"), 0, out=(vals, idx))
+    check(torch.max(x, 0).values, vals)
+    check(torch.max(x, 0).indices, idx)
+    with pytest.raises(RuntimeError, match="numel"):
+        torch.max(torch.empty(0, device="tpu"))
+    with pytest.raises(IndexError):
+        torch.amax(x.to("tpu"), 3)
+
+
+# ---------------------------------------------------------------- tril / triu
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+@pytest.mark.parametrize("k", [-3, -1, 0, 2, 6])
+def test_tril_triu(dtype, k):
+    x = reduce_input(dtype, shape=(2, 4, 5))
+    t = x.to("tpu")
+    check(torch.tril(x, k), torch.tril(t, k))
+    check(torch.triu(x, k), torch.triu(t, k))
+    check(torch.triu(x.transpose(1, 2), k), torch.triu(t.transpose(1, 2), k))
+    check(x.clone().tril_(k), t.clone().tril_(k))
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    torch.triu(t, k, out=out)
+    check(torch.triu(x, k), out)
+
+
+def test_causal_mask_as_models_build_it():
+    mask = torch.full((6, 6), float("-inf")).triu(1)
+    check(mask, torch.full((6, 6), float("-inf"), device="tpu").triu(1))
+
+
+# ---------------------------------------------------------------- gathers
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.float16])
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+def test_index_select(dtype, index_dtype):
+    x = reduce_input(dtype, shape=(4, 5, 3))
+    for dim in range(3):
+        idx = torch.tensor([0, 2, 2, 1], dtype=index_dtype) % x.shape[dim]
+        check(x.index_select(dim, idx), x.to("tpu").index_select(dim, idx.to("tpu")))
+    check(x[:, 1].index_select(0, idx), x.to("tpu")[:, 1].index_select(0, idx.to("tpu")))
+    s = torch.tensor(3.5).to(dtype)
+    check(s.index_select(0, torch.tensor([0])), s.to("tpu").index_select(0, torch.tensor([0], device="tpu")))
+
+
+@pytest.mark.parametrize("bad", [5, -1])
+def test_index_select_out_of_range_raises_index_error(bad):
+    x = torch.randn(3, 5, device="tpu")
+    with pytest.raises(IndexError, match=f"index {bad} is out of bounds"):
+        x.index_select(1, torch.tensor([0, bad], device="tpu"))
+        torch.tpu.synchronize()
+    torch.tpu.synchronize()  # the error is reported once; the device works on
+    assert x.index_select(1, torch.tensor([4], device="tpu")).shape == (3, 1)
+
+
+def test_gather():
+    x = randn(4, 6)
+    idx = torch.tensor([[0, 5, 5], [1, 1, 0], [3, 2, 4], [0, 0, 0]])
+    check(torch.gather(x, 1, idx), torch.gather(x.to("tpu"), 1, idx.to("tpu")))
+    idx0 = torch.tensor([[3, 2, 1, 0, 0, 1]])
+    check(torch.gather(x, 0, idx0), torch.gather(x.to("tpu"), 0, idx0.to("tpu")))
+    with pytest.raises(IndexError):
+        torch.gather(x.to("tpu"), 1, torch.tensor([[6]], device="tpu"))
+        torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("padding_idx,scale", [(None, False), (2, False), (None, True), (0, True)])
+def test_embedding_backward(dtype, padding_idx, scale):
+    weight = randn(10, 4, dtype=dtype)
+    ids = torch.tensor([[1, 2, 2, 9], [0, 2, 1, 1]])
+    grads = []
+    for dev in ("cpu", "tpu"):
+        w = weight.to(dev, copy=True).requires_grad_()
+        out = F.embedding(ids.to(dev), w, padding_idx=padding_idx, scale_grad_by_freq=scale)
+        (out * torch.arange(out.numel(), dtype=dtype).reshape(out.shape).to(dev)).sum().backward()
+        grads.append(w.grad)
+    check(grads[0], grads[1])
+
+
+# ---------------------------------------------------------------- losses
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_and_cross_entropy(dtype, reduction, weighted):
+    logits = randn(6, 5, dtype=dtype)
+    target = torch.tensor([0, 4, 2, -100, 1, 1])
+    weight = randn(5, seed=3).abs().to(dtype) if weighted else None
+    results = []
+    for dev in ("cpu", "tpu"):
+        x = logits.to(dev, copy=True).requires_grad_()
+        w = weight.to(dev) if weighted else None
+        loss = F.cross_entropy(x, target.to(dev), weight=w, reduction=reduction)
+        loss.sum().backward()
+        results.append((loss.detach(), x.grad))
+    for c, t in zip(*results):
+        check(c, t, tol_dtype=dtype)
+
+
+def test_nll_loss_edge_cases():
+    x = randn(5).log_softmax(0)
+    check(F.nll_loss(x, torch.tensor(3)), F.nll_loss(x.to("tpu"), torch.tensor(3, device="tpu")))
+    x2 = randn(3, 4)
+    all_ignored = torch.full((3,), -100)
+    check(F.nll_loss(x2, all_ignored), F.nll_loss(x2.to("tpu"), all_ignored.to("tpu")))  # NaN, as on CPU
+    check(F.cross_entropy(x2, torch.tensor([1, 0, 3]), label_smoothing=0.1),
+          F.cross_entropy(x2.to("tpu"), torch.tensor([1, 0, 3], device="tpu"), label_smoothing=0.1))
+    with pytest.raises(IndexError, match="target 7 is out of bounds"):
+        F.nll_loss(x2.to("tpu"), torch.tensor([1, 7, 0], device="tpu")).item()
+
+
+# ---------------------------------------------------------------- random_
+
+@pytest.mark.parametrize("dtype,args,lo,hi", [
+    (torch.int64, (3, 9), 3, 8), (torch.int32, (-5, 5), -5, 4), (torch.uint8, (), 0, 255),
+    (torch.float32, (10,), 0, 9), (torch.int64, (-2**40, 2**40), -2**40, 2**40 - 1),
+    (torch.bool, (), 0, 1), (torch.int8, (), 0, 127)])
+def test_random_range_and_determinism(dtype, args, lo, hi):
+    torch.tpu.manual_seed(7)
+    a = torch.empty(20000, dtype=dtype, device="tpu").random_(*args)
+    torch.tpu.manual_seed(7)
+    b = torch.empty(20000, dtype=dtype, device="tpu").random_(*args)
+    assert torch.equal(a.cpu(), b.cpu())
+    v = a.cpu().double()
+    assert v.min().item() >= lo and v.max().item() <= hi
+    # uniform on [lo, hi]: the mean within 5 standard errors
+    mean, sd = (lo + hi) / 2, (hi - lo + 1) / 12 ** 0.5
+    assert abs(v.mean().item() - mean) < 5 * sd / len(v) ** 0.5 + 1e-9
+
+
+def test_random_bad_range():
+    x = torch.empty(3, dtype=torch.int64, device="tpu")
+    with pytest.raises(RuntimeError, match="from"):
+        x.random_(5, 5)
+    with pytest.raises(RuntimeError, match="range"):
+        torch.empty(3, dtype=torch.uint8, device="tpu").random_(0, 300)
