@@ -148,6 +148,36 @@ def test_reduction_out_variants_and_errors():
         torch.amax(x.to("tpu"), 3)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32,
+                                   torch.uint8, torch.bool])
+def test_cumsum_cumprod(dtype):
+    x = reduce_input(dtype, shape=(4, 6, 5))
+    t = x.to("tpu")
+    for dim in (0, 1, -1):
+        check(torch.cumsum(x, dim), torch.cumsum(t, dim), tol_dtype=torch.float32 if dtype.is_floating_point else None)
+        check(torch.cumprod(x, dim), torch.cumprod(t, dim), tol_dtype=torch.float32 if dtype.is_floating_point else None)
+    check(torch.cumsum(x.transpose(0, 2), 1, dtype=torch.float16), torch.cumsum(t.transpose(0, 2), 1,
+                                                                                dtype=torch.float16))
+    check(torch.cumsum(torch.tensor(3), 0), torch.cumsum(torch.tensor(3, device="tpu"), 0))
+    if dtype.is_floating_point:
+        check(x.clone().cumsum_(1), t.clone().cumsum_(1), tol_dtype=torch.float32)
+        x.requires_grad_()
+        gc, = torch.autograd.grad(torch.cumsum(x, 1).sum(), x)
+        tr = x.detach().to("tpu").requires_grad_()
+        gt, = torch.autograd.grad(torch.cumsum(tr, 1).sum(), tr)
+        check(gc, gt, tol_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("invert", [False, True])
+def test_isin(invert):
+    e = torch.tensor([[1, 5, 7], [2, 2, 9]])
+    test = torch.tensor([2, 7, 11])
+    check(torch.isin(e, test, invert=invert), torch.isin(e.to("tpu"), test.to("tpu"), invert=invert))
+    check(torch.isin(e, 7, invert=invert), torch.isin(e.to("tpu"), 7, invert=invert))
+    ef = torch.tensor([1.5, float("nan"), 2.0])
+    check(torch.isin(ef, torch.tensor([2, 3])), torch.isin(ef.to("tpu"), torch.tensor([2, 3], device="tpu")))
+
+
 # ---------------------------------------------------------------- tril / triu
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
@@ -162,6 +192,17 @@ def test_tril_triu(dtype, k):
     out = torch.empty(0, dtype=dtype, device="tpu")
     torch.triu(t, k, out=out)
     check(torch.triu(x, k), out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.float16])
+def test_flip(dtype):
+    x = reduce_input(dtype, shape=(3, 4, 5))
+    t = x.to("tpu")
+    for dims in [(0,), (-1,), (0, 2), (0, 1, 2), ()]:
+        check(torch.flip(x, dims), torch.flip(t, dims))
+    check(torch.flip(x.transpose(0, 2)[1:], (0, 1)), torch.flip(t.transpose(0, 2)[1:], (0, 1)))
+    with pytest.raises(RuntimeError, match="multiple times"):
+        torch.flip(t, (0, 0))
 
 
 def test_causal_mask_as_models_build_it():

@@ -14,6 +14,9 @@
 #include <ATen/ops/any_meta.h>
 #include <ATen/ops/argmax_meta.h>
 #include <ATen/ops/argmin_meta.h>
+#include <ATen/ops/cumprod_meta.h>
+#include <ATen/ops/cumsum_meta.h>
+#include <ATen/ops/isin_meta.h>
 #include <ATen/ops/max_meta.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/min_meta.h>
@@ -277,6 +280,67 @@ at::Tensor full_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype
   return out;
 }
 
+// cumsum / cumprod: one SCAN record. As on CPU, the input is first
+// converted to the result's dtype (cumsum(x, dtype=f16) rounds x first).
+template <class Meta, tpu_scan_fn Fn>
+void scan_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, std::optional<at::ScalarType>) {
+  const char* name = Fn == TPU_SCAN_CUMSUM ? "aten::cumsum" : "aten::cumprod";
+  const at::Tensor& out = op.output_;
+  if (out.numel() == 0) return;
+  check_in_storage(self, name);
+  const at::ScalarType type = out.scalar_type();
+  const at::Tensor src = converts_exactly(self.scalar_type(), type) ? self : self.to(type);
+  const at::Tensor out1 = out.dim() == 0 ? out.reshape({1}) : out, src1 = src.dim() == 0 ? src.reshape({1}) : src;
+  tpu_op rec{};
+  rec.code = TPU_OP_SCAN;
+  rec.fn = Fn;
+  rec.n_in = 1;
+  rec.out = describe(out1, name);
+  rec.in[0] = describe(src1, name);
+  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src.dim()));
+  if (out.is_alias_of(src) && !out.is_same(src)) {
+    // A scan reads elements it has already written along the line only
+    // in place; any other overlap goes through a fresh result.
+    at::Tensor fresh = at::empty_like(out1, at::MemoryFormat::Contiguous);
+    rec.out = describe(fresh, name);
+    submit(out.device().index(), rec, name);
+    copy_tensor(out1, fresh, false);
+    return;
+  }
+  submit(out.device().index(), rec, name);
+}
+
+// isin: whether each element equals any test element, as native ops: the
+// elements against chunks of the test elements (at most 2^24 comparisons
+// at a time), or-ed together.
+void isin_into(const at::Tensor& elements, const at::Tensor& test, bool invert, const at::Tensor& out) {
+  if (out.numel() == 0) return;
+  const at::Tensor flat_test = test.reshape({-1});
+  const int64_t n = std::max<int64_t>(elements.numel(), 1);
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 24) / n);
+  at::Tensor found = at::zeros(elements.sizes(), elements.options().dtype(at::kBool));
+  const at::Tensor e = elements.unsqueeze(-1);
+  for (int64_t i = 0; i < flat_test.numel(); i += chunk)
+    found.logical_or_(e.eq(flat_test.slice(0, i, std::min(i + chunk, flat_test.numel()))).any(-1));
+  if (invert) found.logical_not_();
+  copy_tensor(out, found, false);
+}
+
+void isin_kernel(Structured<at::meta::structured_isin_Tensor_Tensor>& op, const at::Tensor& elements,
+                 const at::Tensor& test, bool, bool invert) {
+  isin_into(elements, test, invert, op.output_);
+}
+
+void isin_scalar_kernel(Structured<at::meta::structured_isin_Tensor_Scalar>& op, const at::Tensor& elements,
+                        const c10::Scalar& test, bool, bool invert) {
+  if (op.output_.numel() == 0) return;
+  copy_tensor(op.output_, invert ? elements.ne(test) : elements.eq(test), false);
+}
+
+using at::meta::structured_cumprod;
+using at::meta::structured_cumsum;
+using at::meta::structured_isin_Tensor_Scalar;
+using at::meta::structured_isin_Tensor_Tensor;
 using at::meta::structured_all;
 using at::meta::structured_all_dim;
 using at::meta::structured_all_dims;
@@ -372,6 +436,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max.dim_max", minmax_dim_out<structured_max_dim, kAmax, kArgmax, "aten::max">);
   m.impl("min.dim", minmax_dim<structured_min_dim, kAmin, kArgmin, "aten::min">);
   m.impl("min.dim_min", minmax_dim_out<structured_min_dim, kAmin, kArgmin, "aten::min">);
+  constexpr auto kCumsum = &scan_kernel<structured_cumsum, TPU_SCAN_CUMSUM>;
+  constexpr auto kCumprod = &scan_kernel<structured_cumprod, TPU_SCAN_CUMPROD>;
+  m.impl("cumsum", structured_functional<structured_cumsum, kCumsum, "aten::cumsum", T, int64_t, OptDtype>);
+  m.impl("cumsum_", structured_inplace<structured_cumsum, kCumsum, "aten::cumsum_", int64_t, OptDtype>);
+  m.impl("cumsum.out", structured_out<structured_cumsum, kCumsum, "aten::cumsum", T, int64_t, OptDtype>);
+  m.impl("cumprod", structured_functional<structured_cumprod, kCumprod, "aten::cumprod", T, int64_t, OptDtype>);
+  m.impl("cumprod_", structured_inplace<structured_cumprod, kCumprod, "aten::cumprod_", int64_t, OptDtype>);
+  m.impl("cumprod.out", structured_out<structured_cumprod, kCumprod, "aten::cumprod", T, int64_t, OptDtype>);
+  m.impl("isin.Tensor_Tensor", structured_functional<structured_isin_Tensor_Tensor, &isin_kernel, "aten::isin", T,
+                                                     T, bool, bool>);
+  m.impl("isin.Tensor_Tensor_out", structured_out<structured_isin_Tensor_Tensor, &isin_kernel, "aten::isin", T, T,
+                                                  bool, bool>);
+  m.impl("isin.Tensor_Scalar", structured_functional<structured_isin_Tensor_Scalar, &isin_scalar_kernel,
+                                                     "aten::isin", T, const c10::Scalar&, bool, bool>);
+  m.impl("isin.Tensor_Scalar_out", structured_out<structured_isin_Tensor_Scalar, &isin_scalar_kernel, "aten::isin",
+                                                  T, const c10::Scalar&, bool, bool>);
   m.impl("max", full_minmax<kAmax>);
   m.impl("min", full_minmax<kAmin>);
 }

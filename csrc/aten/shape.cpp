@@ -3,8 +3,11 @@
 // into its slice of the output, converting dtypes as cat does. arange on
 // PyTorch's own arange_out (size, checks, resize) and the PrivateUse1 slot
 // of its DispatchStub: one FILL ARANGE record. tril and triu on their
-// structured metas: one COPY TRIL / TRIU record (in place too).
+// structured metas: one COPY TRIL / TRIU record (in place too). flip: one
+// COPY record whose source view walks the flipped dims backwards (records
+// take negative strides, which PyTorch tensors cannot have).
 #include <ATen/TensorIterator.h>
+#include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/core/IListRef.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/native/DispatchStub.h>
@@ -14,6 +17,8 @@
 #include <ATen/ops/tril_meta.h>
 #include <ATen/ops/triu_meta.h>
 #include <torch/library.h>
+
+#include <bitset>
 
 #include "core/glue.h"
 #include "core/structured.h"
@@ -86,6 +91,29 @@ void triangle_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t diago
   submit(out.device().index(), rec, name);
 }
 
+at::Tensor flip(const at::Tensor& self, at::IntArrayRef dims) {
+  const char* name = "aten::flip";
+  const std::bitset<64> flipped = at::dim_list_to_bitset(dims, self.dim());  // wraps, rejects repeats
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Preserve);
+  if (out.numel() == 0) return out;
+  check_in_storage(self, name);
+  tpu_op op{};
+  op.code = TPU_OP_COPY;
+  op.fn = TPU_COPY_PLAIN;
+  op.n_in = 1;
+  op.out = describe(out, name);
+  tpu_tensor src = describe(self, name);
+  const int64_t es = static_cast<int64_t>(self.element_size());
+  for (int64_t d = 0; d < self.dim(); d++) {
+    if (!flipped[d] || self.size(d) < 2) continue;
+    src.data = static_cast<char*>(src.data) + (self.size(d) - 1) * self.stride(d) * es;
+    src.strides[d] = -self.stride(d);
+  }
+  op.in[0] = src;
+  submit(self.device().index(), op, name);
+  return out;
+}
+
 using at::meta::structured_tril;
 using at::meta::structured_triu;
 constexpr auto kTril = &triangle_kernel<structured_tril, TPU_COPY_TRIL>;
@@ -103,6 +131,7 @@ namespace torch_tpu {
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("cat", cat);
   m.impl("cat.out", cat_out);
+  m.impl("flip", flip);
   using T = const at::Tensor&;
   m.impl("tril", structured_functional<structured_tril, kTril, "aten::tril", T, int64_t>);
   m.impl("tril_", structured_inplace<structured_tril, kTril, "aten::tril_", int64_t>);

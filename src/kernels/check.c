@@ -145,7 +145,7 @@ static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
 /* The overlap rule of every record, as PyTorch states it for its kernels:
  * out may share memory with an input only as the very same view, and
  * only in the families that compute each element from the same element
- * of their inputs (element-wise, copies, ADDMM's bias); anywhere else a
+ * of their inputs (element-wise, copies, scans, ADDMM's bias); anywhere else a
  * shared byte is an error. Views whose byte spans intersect without being provably
  * overlapping (interleaved strided views, x[:, 0] and x[:, 1]) are
  * allowed, as PyTorch allows them: only two dense views are compared
@@ -153,8 +153,12 @@ static bool same_view(const tpu_tensor *a, const tpu_tensor *b) {
 static tpu_status check_overlap(const tpu_op *op) {
     if (op->code == TPU_OP_COPY_D2H)
         return TPU_OK; /* written to host memory */
+    /* Element-wise ops and copies read each element just before writing
+     * it; a scan reads element k of a line before it writes it, after
+     * reading every earlier one. */
     bool same_view_ok = op->code == TPU_OP_UNARY || op->code == TPU_OP_BINARY ||
-                        op->code == TPU_OP_TERNARY || op->code == TPU_OP_COPY;
+                        op->code == TPU_OP_TERNARY || op->code == TPU_OP_COPY ||
+                        op->code == TPU_OP_SCAN;
     /* Written tensors: out (w = 0), then aux[w - 1]; each against every
      * input and every written tensor before it. */
     for (int w = 0; w <= op->n_aux; w++) {
@@ -567,6 +571,19 @@ static tpu_status check_loss(const tpu_op *op) {
     return st;
 }
 
+static tpu_status check_scan(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    tpu_status st = check_same_sizes(op, 0);
+    if (st != TPU_OK)
+        return st;
+    if (op->p.scan.dim < 0 || op->p.scan.dim >= op->out.ndim)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: dim %d is out of range for %d dims", name,
+                             (int)op->p.scan.dim, (int)op->out.ndim);
+    if (op->out.dtype == TPU_DTYPE_BOOL)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported", name);
+    return TPU_OK;
+}
+
 /* Whether slot i of in[] (aux: of aux[]) may hold an absent tensor. */
 static bool may_be_absent(const tpu_op *op, bool aux, int i) {
     switch (op->code) {
@@ -598,6 +615,7 @@ static const struct {
     [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
     [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {2, 2},    [TPU_OP_LOSS] = {3, 4},
+    [TPU_OP_SCAN] = {1, 1},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -677,6 +695,7 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_NORM: st = check_norm(op); break;
     case TPU_OP_INDEX: st = check_index(op); break;
     case TPU_OP_LOSS: st = check_loss(op); break;
+    case TPU_OP_SCAN: st = check_scan(op); break;
     case TPU_OP_COUNT:
         return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
     }

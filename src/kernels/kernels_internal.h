@@ -149,6 +149,9 @@ tpu_status tpu_k_norm_run_phase(const tpu_op *op, int phase, int ith, int nth);
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
 
+/* SCAN (scan.c). */
+tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth);
+
 /* Reads an int64 or int32 index element. */
 static inline int64_t tpu_k_load_index(const void *p, tpu_dtype dt) {
     if (dt == TPU_DTYPE_I32) {

@@ -19,6 +19,7 @@ static const char *const k_op_names[] = {
     [TPU_OP_TERNARY] = "ternary", [TPU_OP_SOFTMAX] = "softmax",
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
     [TPU_OP_NORM] = "norm",     [TPU_OP_INDEX] = "index",       [TPU_OP_LOSS] = "loss",
+    [TPU_OP_SCAN] = "scan",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a name");
@@ -183,6 +184,11 @@ static const char *const k_loss_names[] = {[TPU_LOSS_NLL_FORWARD] = "nll_loss_fo
 _Static_assert(sizeof k_loss_names / sizeof k_loss_names[0] == TPU_LOSS_COUNT,
                "every tpu_loss_fn needs a name");
 
+static const char *const k_scan_names[] = {[TPU_SCAN_CUMSUM] = "cumsum",
+                                           [TPU_SCAN_CUMPROD] = "cumprod"};
+_Static_assert(sizeof k_scan_names / sizeof k_scan_names[0] == TPU_SCAN_COUNT,
+               "every tpu_scan_fn needs a name");
+
 /* Each family's function names (or rows) and count; neither: the family
  * has one function, 0, named after the family. */
 static const struct {
@@ -204,6 +210,7 @@ static const struct {
     [TPU_OP_NORM] = {k_norm_names, NULL, TPU_NORM_COUNT},
     [TPU_OP_INDEX] = {k_index_names, NULL, TPU_INDEX_COUNT},
     [TPU_OP_LOSS] = {k_loss_names, NULL, TPU_LOSS_COUNT},
+    [TPU_OP_SCAN] = {k_scan_names, NULL, TPU_SCAN_COUNT},
 };
 _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
                "every tpu_op_code needs its function table");
@@ -234,6 +241,7 @@ static const struct {
                      tpu_k_norm_run_phase},
     [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref},
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
+    [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");
@@ -257,6 +265,7 @@ static const work_kind k_work[] = {
     [TPU_OP_SOFTMAX] = WORK_ROWS,
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
     [TPU_OP_NORM] = WORK_NORM, [TPU_OP_INDEX] = WORK_ELEMENTS, [TPU_OP_LOSS] = WORK_ONE,
+    [TPU_OP_SCAN] = WORK_ROWS,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a thread policy");
@@ -344,7 +353,8 @@ int tpu_op_max_threads(const tpu_op *op) {
     case WORK_ROWS: {
         /* One thread per row at most: each row is computed by one share. */
         int64_t n = tpu_k_numel(&op->in[0]);
-        int64_t len = op->in[0].ndim ? op->in[0].sizes[op->p.softmax.dim] : 1;
+        int32_t dim = op->code == TPU_OP_SCAN ? op->p.scan.dim : op->p.softmax.dim;
+        int64_t len = op->in[0].ndim ? op->in[0].sizes[dim] : 1;
         int64_t rows = len > 0 ? n / len : 0;
         int64_t want = n / ELEMENTS_PER_THREAD;
         return clamp_threads(want < rows ? want : rows);

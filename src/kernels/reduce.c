@@ -57,7 +57,7 @@ static double finish_f64(const tpu_op *op, double sum, int64_t count) {
  * first NaN, so the first NaN wins. */
 static bool beats_f64(double a, double best, bool largest) {
     if (isnan(best))
-        return true;
+        return false;
     if (isnan(a))
         return true;
     return largest ? a > best : a < best;

@@ -133,6 +133,15 @@ static inline int64_t fb_gap_writes(const fbuf *b) {
     return n;
 }
 
+/* Appends "[2,3,4]" (ndim sizes) to buf at *k, keeping within cap. */
+static inline void fmt_dims(char *buf, size_t cap, int *k, int ndim, const int64_t *sizes) {
+    *k += snprintf(buf + *k, cap - (size_t)*k, "[");
+    for (int d = 0; d < ndim && (size_t)*k < cap; d++)
+        *k += snprintf(buf + *k, cap - (size_t)*k, "%s%lld", d ? "," : "", (long long)sizes[d]);
+    if ((size_t)*k < cap)
+        *k += snprintf(buf + *k, cap - (size_t)*k, "]");
+}
+
 /* ------------------------------------------------------ element access */
 
 /* Stores v as float dtype dt (f16/bf16 through f32) at p; the library's
@@ -224,10 +233,24 @@ typedef struct {
     int n_written;
     fbuf *read[6];
     int n_read;
-} fb_set_list;
+} op_bufs;
 
 static const int k_nths[] = {1, 2, 3, 7};
 enum { N_NTHS = sizeof k_nths / sizeof k_nths[0] };
+
+/* Kernel modes: the reference kernels, and the fast ones capped at each
+ * instruction-set level (a level above the CPU's runs as its best). */
+static const struct {
+    bool ref;
+    tpu_isa isa;
+    const char *name;
+} k_modes[] = {
+    {true, TPU_ISA_AVX512, "ref"},
+    {false, TPU_ISA_PORTABLE, "fast/portable"},
+    {false, TPU_ISA_AVX2, "fast/avx2"},
+    {false, TPU_ISA_AVX512, "fast/avx512"},
+};
+enum { N_MODES = sizeof k_modes / sizeof k_modes[0] };
 
 /* Runs every phase of `op` over all nth shares, phase after phase, with
  * exactly tpu_op_scratch_bytes(op) bytes of scratch (poisoned with 0xff,
@@ -266,14 +289,14 @@ static inline void *give_scratch(tpu_op *op) {
     return op->scratch;
 }
 
-/* Checks `op`, then runs it in reference and fast mode with nth 1, 2, 3
- * and 7, each run starting from the buffers' snapshots. After the first
+/* Checks `op`, then runs it in every kernel mode (k_modes) with nth 1, 2,
+ * 3 and 7, each run starting from the buffers' snapshots. After the first
  * run `verify(ctx)` checks the values; every later run must leave the
  * written buffers byte for byte as the first did. No run may fail, write
  * outside the written views, or change an input. Returns false if the
  * record was refused (nothing ran). */
-static inline bool run_everywhere(const tpu_op *op_in, fb_set_list *bufs, void (*verify)(void *),
-                           void *ctx, const char *what) {
+static inline bool run_everywhere(const tpu_op *op_in, op_bufs *bufs, void (*verify)(void *),
+                                  void *ctx, const char *what) {
     tpu_op op = *op_in;
     void *dummy = give_scratch(&op);
     tpu_status st = tpu_op_check(&op);
@@ -293,15 +316,16 @@ static inline bool run_everywhere(const tpu_op *op_in, fb_set_list *bufs, void (
     unsigned char *first[4] = {0};
     bool verified = false;
     int64_t failed = 0, differ = 0, gap = 0, changed = 0;
-    for (int mode = 0; mode < 2; mode++) {
-        tpu_kernels_set_reference(mode == 0);
+    for (int mode = 0; mode < N_MODES; mode++) {
+        tpu_kernels_set_reference(k_modes[mode].ref);
+        tpu_kernels_set_isa(k_modes[mode].isa);
         for (int k = 0; k < N_NTHS; k++) {
             for (int w = 0; w < bufs->n_written; w++)
                 fb_restore(bufs->written[w]);
             st = run_phases(&op, k_nths[k]);
             if (st != TPU_OK) {
                 if (failed++ == 0)
-                    fprintf(stderr, "    %s [%s nth=%d]: %s: %s\n", what, mode ? "fast" : "ref",
+                    fprintf(stderr, "    %s [%s nth=%d]: %s: %s\n", what, k_modes[mode].name,
                             k_nths[k], tpu_status_str(st), tpu_last_error_message());
                 continue;
             }
@@ -324,11 +348,12 @@ static inline bool run_everywhere(const tpu_op *op_in, fb_set_list *bufs, void (
                 if (memcmp(first[w], bufs->written[w]->alloc, bufs->written[w]->bytes) != 0) {
                     if (differ++ == 0)
                         fprintf(stderr, "    %s [%s nth=%d]: written buffer %d differs from the "
-                                "first run\n", what, mode ? "fast" : "ref", k_nths[k], w);
+                                "first run\n", what, k_modes[mode].name, k_nths[k], w);
                 }
         }
     }
     tpu_kernels_set_reference(false);
+    tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
     CHECK(failed == 0);
     CHECK(differ == 0);
     CHECK(gap == 0);
@@ -344,8 +369,8 @@ static inline bool run_everywhere(const tpu_op *op_in, fb_set_list *bufs, void (
 
 /* Runs op with tpu_op_run on one share and expects `want`, with a message
  * containing each of the NULL-terminated parts. */
-static inline void expect_run_error(const tpu_op *op, tpu_status want, const char *const *parts,
-                             const char *what) {
+static inline void expect_run_error(const tpu_op *op, tpu_status want,
+                                    const char *const *parts, const char *what) {
     tpu_status st = tpu_op_check(op);
     CHECK_OK(st);
     if (st != TPU_OK) {

@@ -19,8 +19,8 @@
  *
  * Index values outside [0, size), negative ones too, must make tpu_op_run
  * return TPU_ERR_INDEX with a message naming the value. Every valid
- * record runs in reference and fast mode with nth = 1, 2, 3, 7, each run
- * giving the same bytes. Also: tpu_op_check's refusals. */
+ * record runs in every kernel mode (reference, fast at each instruction-set
+ * level) with nth = 1, 2, 3, 7, each run giving the same bytes. Also: tpu_op_check's refusals. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -101,14 +101,12 @@ static void run_gather(bool select, tpu_dtype dt, tpu_dtype idt, int ndim,
                        const int64_t *src_sizes, const int64_t *out_sizes, int dim, int ls, int lo,
                        int li) {
     char what[200];
-    int k = snprintf(what, sizeof what, "%s %s idx %s dim %d src [", select ? "index_select" : "gather",
-                     dt_str(dt), dt_str(idt), dim);
-    for (int d = 0; d < ndim; d++)
-        k += snprintf(what + k, sizeof what - (size_t)k, "%s%lld", d ? "," : "", (long long)src_sizes[d]);
-    k += snprintf(what + k, sizeof what - (size_t)k, "] out [");
-    for (int d = 0; d < ndim; d++)
-        k += snprintf(what + k, sizeof what - (size_t)k, "%s%lld", d ? "," : "", (long long)out_sizes[d]);
-    snprintf(what + k, sizeof what - (size_t)k, "] layouts %s/%s/%s", k_layout_names[ls],
+    int k = snprintf(what, sizeof what, "%s %s idx %s dim %d src ",
+                     select ? "index_select" : "gather", dt_str(dt), dt_str(idt), dim);
+    fmt_dims(what, sizeof what, &k, ndim, src_sizes);
+    k += snprintf(what + k, sizeof what - (size_t)k, " out ");
+    fmt_dims(what, sizeof what, &k, ndim, out_sizes);
+    snprintf(what + k, sizeof what - (size_t)k, " layouts %s/%s/%s", k_layout_names[ls],
              k_layout_names[lo], k_layout_names[li]);
     fbuf src, idx, out;
     fb_make(&src, dt, ndim, src_sizes, ls);
@@ -136,7 +134,7 @@ static void run_gather(bool select, tpu_dtype dt, tpu_dtype idt, int ndim,
     op.p.index.dim = dim;
     op.p.index.padding_idx = -1;
     gather_ctx ctx = {what, select, dim, &src, &idx, &out};
-    fb_set_list bufs = {{&out}, 1, {&src, &idx}, 2};
+    op_bufs bufs = {{&out}, 1, {&src, &idx}, 2};
     g_bad = 0;
     run_everywhere(&op, &bufs, verify_gather, &ctx, what);
     CHECK(g_bad == 0);
@@ -232,11 +230,12 @@ static void verify_embedding(void *p) {
             }
             double got = fb_get2(k->out, r, j);
             /* Each added row is rounded once to out's dtype. */
-            double tol = adds == 0 ? 0 : (double)adds * tol_store(dt, (double)mag) + 1e-15 * (double)mag;
+            double tol = (double)adds * tol_store(dt, (double)mag) + 1e-15 * (double)mag;
             bool ok = adds == 0 ? got == 0 && !signbit(got) : close_to(got, (double)sum, tol);
             if (!ok && g_bad++ < 4)
-                fprintf(stderr, "    %s: out[%lld, %lld] = %.17g, want %.17Lg (%lld rows, tol %.3g)\n",
-                        k->what, (long long)r, (long long)j, got, sum, (long long)adds, tol);
+                fprintf(stderr, "    %s: out[%lld, %lld] = %.17g, want %.17Lg (%lld rows, "
+                        "tol %.3g)\n", k->what, (long long)r, (long long)j, got, sum,
+                        (long long)adds, tol);
         }
     }
 }
@@ -273,7 +272,7 @@ static void run_embedding(tpu_dtype dt, tpu_dtype idt, int64_t w, int64_t d, int
     op.p.index.padding_idx = pad;
     op.p.index.scale_by_freq = scale;
     emb_ctx ctx = {what, &grad, &idx, &out, pad, scale};
-    fb_set_list bufs = {{&out}, 1, {&grad, &idx}, 2};
+    op_bufs bufs = {{&out}, 1, {&grad, &idx}, 2};
     g_bad = 0;
     run_everywhere(&op, &bufs, verify_embedding, &ctx, what);
     CHECK(g_bad == 0);
@@ -295,7 +294,8 @@ static void test_embedding(void) {
                 for (int scale = 0; scale < 2; scale++, rot++)
                     run_embedding(dts[d], rot % 2 ? I32 : I64, shapes[s].w, shapes[s].d,
                                   shapes[s].n, pad < 0 ? -1 : shapes[s].w / 3, scale,
-                                  rot % L_COUNT, (rot / 2) % L_COUNT, (rot / 3) % 2 ? L_GAP : L_CONTIG);
+                                  rot % L_COUNT, (rot / 2) % L_COUNT,
+                                  (rot / 3) % 2 ? L_GAP : L_CONTIG);
 }
 
 /* Exact sums with known bytes: index (2, 0, 2, 2), grad rows of 1, 2, 3,
@@ -443,8 +443,8 @@ static void lcase_describe(const lcase *c, bool bwd, char *buf, size_t cap) {
     snprintf(buf, cap, "%s %s%s%lldx%lld target %s reduction %s ignore %lld%s%s layout %s",
              bwd ? "nll_loss_backward" : "nll_loss", dt_str(c->dt), c->batched ? " " : " 1-d ",
              (long long)c->n, (long long)c->c, dt_str(c->tdt), k_red_names[c->red],
-             (long long)c->ignore, c->weight ? " weighted" : "", c->all_ignored ? " all ignored" : "",
-             k_layout_names[c->lx]);
+             (long long)c->ignore, c->weight ? " weighted" : "",
+             c->all_ignored ? " all ignored" : "", k_layout_names[c->lx]);
 }
 
 /* The scores x ([N, C] or [C]), targets t ([N] or 0-d) and weights. */
@@ -529,15 +529,15 @@ static void verify_nll_forward(void *p) {
         long double want = c->red == TPU_LOSS_REDUCE_SUM ? sum : sum / total;
         long double want_mag = c->red == TPU_LOSS_REDUCE_SUM ? mag : mag / total;
         double got = fb_get(k->out, 0);
-        if (!close_to(got, (double)want, tol_store(c->dt, (double)want) + slack * (double)want_mag) &&
-            g_bad++ < 4)
+        double tol = tol_store(c->dt, (double)want) + slack * (double)want_mag;
+        if (!close_to(got, (double)want, tol) && g_bad++ < 4)
             fprintf(stderr, "    %s: out = %.17g, want %.17Lg\n", k->what, got, want);
         if (c->all_ignored && c->red == TPU_LOSS_REDUCE_MEAN)
             CHECK(isnan(got));
     }
     double got_total = fb_get(k->total, 0);
-    if (!close_to(got_total, (double)total, tol_store(c->dt, (double)total) + slack * (double)total) &&
-        g_bad++ < 4)
+    double tol = tol_store(c->dt, (double)total) + slack * (double)total;
+    if (!close_to(got_total, (double)total, tol) && g_bad++ < 4)
         fprintf(stderr, "    %s: total_weight = %.17g, want %.17Lg\n", k->what, got_total, total);
 }
 
@@ -566,7 +566,7 @@ static void run_nll_forward(const lcase *c) {
     op.p.loss.reduction = c->red;
     op.p.loss.ignore_index = c->ignore;
     nll_ctx ctx = {c, what, &in, &out, &total, NULL};
-    fb_set_list bufs = {{&out, &total}, 2, {&in.x, &in.t}, 2};
+    op_bufs bufs = {{&out, &total}, 2, {&in.x, &in.t}, 2};
     if (c->weight)
         bufs.read[bufs.n_read++] = &in.w;
     g_bad = 0;
@@ -586,14 +586,16 @@ static void verify_nll_backward(void *p) {
         int64_t t;
         long double w, x;
         bool counted = nll_sample(c, k->in, i, &t, &w, &x);
-        long double g = c->red == TPU_LOSS_REDUCE_NONE && c->batched ? fb_get(k->g, i) : fb_get(k->g, 0);
+        bool per_sample = c->red == TPU_LOSS_REDUCE_NONE && c->batched;
+        long double g = fb_get(k->g, per_sample ? i : 0);
         long double want_t = -w * g;
         if (c->red == TPU_LOSS_REDUCE_MEAN)
             want_t /= total;
         for (int64_t j = 0; j < c->c; j++) {
             long double want = counted && j == t ? want_t : 0;
             double got = c->batched ? fb_get2(k->out, i, j) : fb_get(k->out, j);
-            bool ok = want == 0 ? got == 0 : close_to(got, (double)want, tol_store(c->dt, (double)want) * 2);
+            double tol = 2 * tol_store(c->dt, (double)want); /* the product, the division */
+            bool ok = want == 0 ? got == 0 : close_to(got, (double)want, tol);
             if (!ok && g_bad++ < 4)
                 fprintf(stderr, "    %s: dx[%lld, %lld] = %.17g, want %.17Lg\n", k->what,
                         (long long)i, (long long)j, got, want);
@@ -634,7 +636,7 @@ static void run_nll_backward(const lcase *c) {
     op.p.loss.reduction = c->red;
     op.p.loss.ignore_index = c->ignore;
     nll_ctx ctx = {c, what, &in, &dx, &total, &g};
-    fb_set_list bufs = {{&dx}, 1, {&g, &in.t, &total}, 3};
+    op_bufs bufs = {{&dx}, 1, {&g, &in.t, &total}, 3};
     if (c->weight)
         bufs.read[bufs.n_read++] = &in.w;
     g_bad = 0;
@@ -1001,6 +1003,7 @@ int main(void) {
     test_gather();
     test_embedding();
     test_nll();
-    printf("index and loss: %d cases x 2 modes x %d thread counts\n", g_cases, (int)N_NTHS);
+    printf("index and loss: %d cases x %d modes x %d thread counts\n", g_cases,
+           (int)N_MODES, (int)N_NTHS);
     return check_report();
 }

@@ -23,7 +23,8 @@
  * f64 error of x - mean, of the row sums, of the column sums over up to
  * 2100 rows).
  *
- * Every record runs in reference and fast mode with nth = 1, 2, 3, 7 (the
+ * Every record runs in every kernel mode (reference, and fast at each
+ * instruction-set level) with nth = 1, 2, 3, 7 (the
  * backward with parameter gradients through both of its phases) and must
  * give the same bytes in every run. Also: known answers, tpu_op_check's
  * refusals, and the phase and scratch contract. */
@@ -52,8 +53,8 @@ static void describe(const ncase *c, bool bwd, char *buf, size_t cap) {
              bwd ? "layer_norm_backward" : "layer_norm", (long long)c->m, (long long)c->n,
              dt_str(c->xd), k_layout_names[c->lx], k_layout_names[c->lo], k_layout_names[c->l1],
              dt_str(c->pd), c->w ? " weight" : "", !bwd && c->b ? " bias" : "",
-             bwd && c->dx ? " dx" : "", bwd && c->dw ? " dweight" : "", bwd && c->db ? " dbias" : "",
-             c->eps);
+             bwd && c->dx ? " dx" : "", bwd && c->dw ? " dweight" : "",
+             bwd && c->db ? " dbias" : "", c->eps);
 }
 
 /* x's values for row r: random rows of three spreads, rows around 100
@@ -125,7 +126,8 @@ static void verify_forward(void *p) {
             long double d = fb_get2(k->x, r, j) - mean;
             long double want = d * rstd * w + b;
             /* The f64 error of x - mean is about that of mean itself. */
-            double scale = (double)((1 + fabsl(mean) * rstd + fabsl(d) * rstd) * fabsl(w) + fabsl(b));
+            double scale =
+                (double)((1 + fabsl(mean) * rstd + fabsl(d) * rstd) * fabsl(w) + fabsl(b));
             expect_close(k->what, "out", r, j, fb_get2(k->out, r, j), want,
                          tol_store(c->xd, (double)want) + 1e-12 * scale);
         }
@@ -168,7 +170,7 @@ static void run_forward(const ncase *c) {
     op.p.norm.eps = c->eps;
     CHECK(tpu_op_phases(&op) == 1 && tpu_op_scratch_bytes(&op) == 0);
     fwd_ctx k = {c, what, &x, &w, &b, &out, &mean, &rstd};
-    fb_set_list bufs = {{&out, &mean, &rstd}, 3, {&x}, 1};
+    op_bufs bufs = {{&out, &mean, &rstd}, 3, {&x}, 1};
     if (c->w)
         bufs.read[bufs.n_read++] = &w;
     if (c->b)
@@ -197,8 +199,9 @@ static void verify_backward(void *p) {
     const ncase *c = k->c;
     const int64_t m = c->m, n = c->n;
     /* Column sums and their magnitudes, over all rows. */
-    long double *sw = calloc((size_t)(n + 1), sizeof *sw), *sb = calloc((size_t)(n + 1), sizeof *sb);
-    long double *aw = calloc((size_t)(n + 1), sizeof *aw), *ab = calloc((size_t)(n + 1), sizeof *ab);
+    size_t cols = (size_t)(n + 1);
+    long double *sw = calloc(cols, sizeof *sw), *sb = calloc(cols, sizeof *sb);
+    long double *aw = calloc(cols, sizeof *aw), *ab = calloc(cols, sizeof *ab);
     for (int64_t r = 0; r < m; r++) {
         long double mean = fb_get(k->mean, r), rstd = fb_get(k->rstd, r);
         long double s1 = 0, s2 = 0, a1 = 0, a2 = 0;
@@ -287,7 +290,7 @@ static void run_backward(const ncase *c) {
     CHECK(two ? tpu_op_scratch_bytes(&op) >= (c->m > 0 ? 2 * c->n * 8 : 0)
               : tpu_op_scratch_bytes(&op) == 0);
     bwd_ctx k = {c, what, &g, &x, &mean, &rstd, &w, &dx, &dw, &db};
-    fb_set_list bufs = {{0}, 0, {&g, &x, &mean, &rstd}, 4};
+    op_bufs bufs = {{0}, 0, {&g, &x, &mean, &rstd}, 4};
     if (c->w)
         bufs.read[bufs.n_read++] = &w;
     fbuf *outs[3] = {&dx, &dw, &db};
@@ -400,7 +403,7 @@ static void known_answers(void) {
     op.aux[0].data = op.aux[0].storage = dw;
     op.aux[1] = four;
     op.aux[1].data = op.aux[1].storage = db;
-    fb_set_list none = {{0}, 0, {0}, 0};
+    op_bufs none = {{0}, 0, {0}, 0};
     run_everywhere(&op, &none, NULL, NULL, "known backward");
     const double want_dx[4] = {0.3 * r5, -0.4 * r5, -0.1 * r5, 0.2 * r5};
     for (int j = 0; j < 4; j++) {
@@ -477,6 +480,11 @@ static void check_refusals(void) {
     op.aux[1] = (tpu_tensor){0};
     CHECK(tpu_op_check(&op) != TPU_OK);
     CHECK_CONTAINS(tpu_last_error_message(), "aux[1]");
+    /* Forward, out is required (the backward's dx is optional: below). */
+    op = fwd_base(buf);
+    op.out = (tpu_tensor){0};
+    CHECK(tpu_op_check(&op) != TPU_OK);
+    CHECK_CONTAINS(tpu_last_error_message(), "out");
 
     /* Wrong counts. */
     op = fwd_base(buf);
@@ -519,7 +527,8 @@ static void check_refusals(void) {
     op = fwd_base(buf);
     op.aux[0].dtype = op.aux[1].dtype = F16;
     op.in[1].dtype = op.in[2].dtype = F16;
-    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "parameters of dtype float16 with x of dtype float32");
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE,
+                  "parameters of dtype float16 with x of dtype float32");
     op = fwd_base(buf);
     op.out.dtype = F64;
     CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "out has dtype float64, expected float32");
@@ -561,6 +570,8 @@ static void check_refusals(void) {
     CHECK(tpu_op_phases(&op) == 1 && tpu_op_scratch_bytes(&op) == 0);
     CHECK_OK(tpu_op_check(&op));
     op.in[4] = (tpu_tensor){0};
+    CHECK_OK(tpu_op_check(&op));
+    op.out = (tpu_tensor){0};
     CHECK_OK(tpu_op_check(&op));
     /* Required inputs may not be absent. */
     op = bwd_base(buf);
@@ -639,6 +650,7 @@ int main(void) {
     known_answers();
     absent_dx();
     run_table();
-    printf("norm: %d cases x 2 modes x %d thread counts\n", g_cases, (int)N_NTHS);
+    printf("norm: %d cases x %d modes x %d thread counts\n", g_cases,
+           (int)N_MODES, (int)N_NTHS);
     return check_report();
 }

@@ -17,8 +17,9 @@
  *
  * Inputs come in every layout (transposed, gapped, reversed), values are
  * drawn from a few small numbers so that ties are common, with NaNs and
- * dtype extremes in some. Every record runs in reference and fast mode
- * with nth = 1, 2, 3, 7 and must give the same bytes every time. Also:
+ * dtype extremes in some. Every record runs in every kernel mode (reference,
+ * fast at each instruction-set level) with nth = 1, 2, 3, 7 and must give
+ * the same bytes every time. Also:
  * tpu_op_check's refusals for these functions. */
 #include <inttypes.h>
 #include <math.h>
@@ -146,7 +147,8 @@ static void verify_reduce(void *p) {
             } else {
                 uint64_t prod = 1;
                 for (int64_t r = 0; r < count; r++)
-                    prod *= (uint64_t)(fin ? t_f2i(t_read_f(ptrs[r], idt)) : t_read_i(ptrs[r], idt));
+                    prod *= (uint64_t)(fin ? t_f2i(t_read_f(ptrs[r], idt))
+                                           : t_read_i(ptrs[r], idt));
                 int64_t want = t_wrap((int64_t)prod, odt), got = t_read_i(got_p, odt);
                 if (got != want)
                     report(k->what, o, "%.0f", (double)got, (double)want);
@@ -202,11 +204,10 @@ static void verify_reduce(void *p) {
 static void run_reduce(int fn, tpu_dtype idt, tpu_dtype odt, int ndim, const int64_t *sizes,
                        uint32_t mask, int li, int lo, bool nans) {
     char what[200];
-    int k = snprintf(what, sizeof what, "%s %s -> %s mask 0x%x [", k_red_names[fn], dt_str(idt),
+    int k = snprintf(what, sizeof what, "%s %s -> %s mask 0x%x ", k_red_names[fn], dt_str(idt),
                      dt_str(odt), (unsigned)mask);
-    for (int d = 0; d < ndim; d++)
-        k += snprintf(what + k, sizeof what - (size_t)k, "%s%lld", d ? "," : "", (long long)sizes[d]);
-    snprintf(what + k, sizeof what - (size_t)k, "] in %s out %s%s", k_layout_names[li],
+    fmt_dims(what, sizeof what, &k, ndim, sizes);
+    snprintf(what + k, sizeof what - (size_t)k, " in %s out %s%s", k_layout_names[li],
              k_layout_names[lo], nans ? " nans" : "");
     int64_t osizes[TPU_MAX_DIMS];
     for (int d = 0; d < ndim; d++)
@@ -226,7 +227,7 @@ static void run_reduce(int fn, tpu_dtype idt, tpu_dtype odt, int ndim, const int
     op.in[0] = in.t;
     op.p.reduce.mask = mask;
     red_ctx ctx = {fn, what, &in, &out, mask};
-    fb_set_list bufs = {{&out}, 1, {&in}, 1};
+    op_bufs bufs = {{&out}, 1, {&in}, 1};
     g_bad = 0;
     run_everywhere(&op, &bufs, verify_reduce, &ctx, what);
     CHECK(g_bad == 0);
@@ -239,8 +240,8 @@ static const struct {
     int ndim;
     int64_t sizes[4];
 } k_rshapes[] = {
-    {3, {3, 4, 5}}, {3, {2, 1, 7}}, {1, {13}}, {0, {0}}, {2, {0, 3}}, {2, {4, 0}}, {4, {2, 3, 2, 3}},
-    {2, {1, 1}}, {2, {64, 9}},
+    {3, {3, 4, 5}}, {3, {2, 1, 7}}, {1, {13}},        {0, {0}}, {2, {0, 3}},
+    {2, {4, 0}},    {4, {2, 3, 2, 3}}, {2, {1, 1}}, {2, {64, 9}},
 };
 
 /* The (in, out) dtype pairs each function is run with. */
@@ -418,7 +419,7 @@ static void run_tri(bool lower, int64_t diag, tpu_dtype idt, tpu_dtype odt, int 
     op.out = in_place ? in.t : out.t;
     op.p.tri.diagonal = diag;
     tri_ctx ctx = {what, lower, in_place, diag, &in, in_place ? &in : &out};
-    fb_set_list bufs = {{in_place ? &in : &out}, 1, {&in}, in_place ? 0 : 1};
+    op_bufs bufs = {{in_place ? &in : &out}, 1, {&in}, in_place ? 0 : 1};
     g_bad = 0;
     run_everywhere(&op, &bufs, verify_tri, &ctx, what);
     CHECK(g_bad == 0);
@@ -589,7 +590,7 @@ static void run_integers(tpu_dtype dt, int64_t from, uint64_t span, int64_t n, i
     op.p.rand.from = from;
     op.p.rand.span = span;
     int_ctx ctx = {what, &out, from, span, seed, offset, uniformity};
-    fb_set_list bufs = {{&out}, 1, {0}, 0};
+    op_bufs bufs = {{&out}, 1, {0}, 0};
     run_everywhere(&op, &bufs, verify_integers, &ctx, what);
     g_cases++;
     fb_free(&out);
@@ -666,7 +667,8 @@ static void refusals(void) {
     op = base;
     op.fn = TPU_REDUCE_AMAX;
     op.out.dtype = F64;
-    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "out dtype float64 is not supported (it must be in[0]'s dtype)");
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE,
+                  "out dtype float64 is not supported (it must be in[0]'s dtype)");
     op = base;
     op.fn = TPU_REDUCE_AMIN;
     op.in[0].sizes[1] = 0;
@@ -695,10 +697,12 @@ static void refusals(void) {
     /* ANY / ALL: bool or uint8 outs only. */
     op = base;
     op.fn = TPU_REDUCE_ANY;
-    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "out dtype float32 is not supported (bool or uint8)");
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE,
+                  "out dtype float32 is not supported (bool or uint8)");
     op.out.dtype = I8;
     op.fn = TPU_REDUCE_ALL;
-    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "out dtype int8 is not supported (bool or uint8)");
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE,
+                  "out dtype int8 is not supported (bool or uint8)");
     op.out.dtype = U8;
     CHECK_OK(tpu_op_check(&op));
     /* Shapes: out of another rank, a kept dim of another size, a mask
@@ -789,7 +793,7 @@ int main(void) {
     test_reductions();
     test_tri();
     test_integers();
-    printf("reduce, tril/triu, integers: %d cases x 2 modes x %d thread counts\n", g_cases,
-           (int)N_NTHS);
+    printf("reduce, tril/triu, integers: %d cases x %d modes x %d thread counts\n", g_cases,
+           (int)N_MODES, (int)N_NTHS);
     return check_report();
 }

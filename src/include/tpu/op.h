@@ -82,6 +82,7 @@ typedef enum {
     TPU_OP_NORM,     /* layer normalization and its backward; tpu_norm_fn, p.norm */
     TPU_OP_INDEX,    /* gathers and scatters by an index tensor; tpu_index_fn, p.index */
     TPU_OP_LOSS,     /* losses against targets and their backward; tpu_loss_fn, p.loss */
+    TPU_OP_SCAN,     /* running sums and products along one dim; tpu_scan_fn, p.scan */
     TPU_OP_COUNT
 } tpu_op_code;
 
@@ -331,6 +332,18 @@ typedef enum {
     TPU_LOSS_COUNT
 } tpu_loss_fn;
 
+/* SCAN functions: out[.., i, ..] = in[0][.., 0, ..] op ... op in[0][.., i, ..]
+ * along dim p.scan.dim, every line independently; out has in[0]'s sizes.
+ * The running value is kept as REDUCE keeps its accumulator (f64 for a
+ * float out, wrapping int64 for an integer out, each element converted to
+ * it first); each prefix is stored rounded to out's dtype, the running
+ * value itself is never rounded. Not bool outs. */
+typedef enum {
+    TPU_SCAN_CUMSUM = 0,
+    TPU_SCAN_CUMPROD,
+    TPU_SCAN_COUNT
+} tpu_scan_fn;
+
 typedef enum {
     TPU_ROUND_NONE = 0, /* true division */
     TPU_ROUND_TRUNC,    /* toward zero */
@@ -440,6 +453,10 @@ typedef struct tpu_op {
             int64_t padding_idx;    /* EMBEDDING_BACKWARD; -1: none */
             bool scale_by_freq;     /* EMBEDDING_BACKWARD */
         } index;
+        /* SCAN: 0 <= dim < rank (0-d as 1-d of size 1). */
+        struct {
+            int32_t dim;
+        } scan;
         /* LOSS. */
         struct {
             tpu_loss_reduction reduction;
