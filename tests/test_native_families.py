@@ -178,6 +178,61 @@ def test_isin(invert):
     check(torch.isin(ef, torch.tensor([2, 3])), torch.isin(ef.to("tpu"), torch.tensor([2, 3], device="tpu")))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort(dtype, descending):
+    x = reduce_input(dtype, shape=(3, 17, 4))
+    if dtype.is_floating_point:
+        x[0, 3, 0] = float("nan")
+        x[1, 5, 2] = float("-inf")
+    t = x.to("tpu")
+    for dim in (1, 0, -1):
+        a = torch.sort(x, dim=dim, descending=descending, stable=True)
+        b = torch.sort(t, dim=dim, descending=descending, stable=True)
+        check(a.values, b.values)
+        check(a.indices, b.indices)
+    check(torch.argsort(x, dim=1, descending=descending, stable=True),
+          torch.argsort(t, dim=1, descending=descending, stable=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk(dtype, largest):
+    x = reduce_input(dtype, shape=(6, 20))
+    t = x.to("tpu")
+    for k, dim in ((3, 1), (1, 0), (20, 1), (0, 1)):
+        a = torch.topk(x, k, dim, largest=largest)
+        b = torch.topk(t, k, dim, largest=largest)
+        check(a.values, b.values)
+        # ties may be listed in another order: the indices must pick the values
+        check(a.values, torch.gather(t, dim, b.indices))
+    with pytest.raises(RuntimeError, match="k"):
+        torch.topk(t, 21, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64])
+def test_histc(dtype):
+    x = (randn(1000) * 4).to(dtype)
+    t = x.to("tpu")
+    if dtype.is_floating_point:
+        for args in ((10, -3, 3), (7, 0, 0), (5, -1, 1.5)):
+            check(torch.histc(x, *args), torch.histc(t, *args))
+    else:
+        # PyTorch's CPU histc has no integer kernel (CUDA's has, and MoE
+        # routing needs it): compare against the float histogram.
+        expected = torch.histc(x.double(), 8, -4, 4).to(dtype)
+        check(expected, torch.histc(t, 8, -4, 4))
+
+
+def test_floor_divide():
+    a = torch.tensor([7, -7, 9, -9], dtype=torch.int64)
+    b = torch.tensor([2, 2, -4, -4], dtype=torch.int64)
+    check(torch.floor_divide(a, b), torch.floor_divide(a.to("tpu"), b.to("tpu")))
+    check(a // 2, a.to("tpu") // 2)
+    f = randn(10) * 5
+    check(torch.floor_divide(f, 1.5), torch.floor_divide(f.to("tpu"), 1.5))
+
+
 # ---------------------------------------------------------------- tril / triu
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])

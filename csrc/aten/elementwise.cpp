@@ -30,6 +30,7 @@
 #include <ATen/ops/clamp_max_native.h>
 #include <ATen/ops/clamp_native.h>
 #include <ATen/ops/exp_meta.h>
+#include <ATen/ops/floor_divide_native.h>
 #include <ATen/ops/mish_backward_native.h>
 #include <ATen/ops/where_native.h>
 #include <ATen/native/TensorCompare.h>
@@ -397,6 +398,9 @@ void binary_stub(at::TensorIterator& iter) {
   submit_iterator(iter, TPU_OP_BINARY, Fn);
 }
 
+// floor_divide: PyTorch's own native function builds the iterator.
+void div_floor_stub(at::TensorIteratorBase& iter) { mul_div(iter, TPU_BINARY_DIV, TPU_ROUND_FLOOR); }
+
 // where: PyTorch's where_self_out has already converted self and other
 // to the result dtype (out's), which is the common one.
 void where_stub(at::TensorIterator& iter) {
@@ -444,6 +448,7 @@ REGISTER_PRIVATEUSE1_DISPATCH(hardswish_backward_stub, &torch_tpu::binary_stub<T
 REGISTER_PRIVATEUSE1_DISPATCH(mish_backward_stub, &torch_tpu::binary_stub<TPU_BINARY_MISH_BACKWARD>)
 REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &torch_tpu::nan_to_num_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(hardtanh_backward_stub, &torch_tpu::hardtanh_backward_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(div_floor_stub, &torch_tpu::div_floor_stub)
 }  // namespace at::native
 
 namespace torch_tpu {
@@ -714,6 +719,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("hardswish_backward", at::native::hardswish_backward);
   m.impl("mish_backward", at::native::mish_backward);
   m.impl("hardtanh_backward", at::native::hardtanh_backward);
+  m.impl("floor_divide", static_cast<at::Tensor (*)(T, T)>(at::native::floor_divide));
+  m.impl("floor_divide.out", at::native::floor_divide_out);
+  m.impl("floor_divide_.Tensor", static_cast<at::Tensor& (*)(at::Tensor&, T)>(at::native::floor_divide_));
   m.impl("hardtanh_backward.grad_input", at::native::hardtanh_backward_out);
 }
 

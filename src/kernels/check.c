@@ -486,6 +486,17 @@ static tpu_status check_index(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
     const tpu_tensor *src = &op->in[0], *idx = &op->in[1], *o = &op->out;
     char sa[160], sb[160];
+    if (op->fn == TPU_INDEX_HISTC) {
+        double lo = op->p.hist.lo, hi = op->p.hist.hi;
+        if (o->ndim != 1 || o->dtype == TPU_DTYPE_BOOL || src->dtype == TPU_DTYPE_BOOL)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: out must be 1-d and neither side bool "
+                                 "(got %d-d %s from %s)", name, (int)o->ndim,
+                                 tpu_dtype_name(o->dtype), tpu_dtype_name(src->dtype));
+        if (!(isfinite(lo) && isfinite(hi) && lo < hi))
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: range [%g, %g] must be finite with "
+                                 "lo < hi", name, lo, hi);
+        return TPU_OK;
+    }
     if (!is_index_dtype(idx->dtype))
         return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: index dtype %s is not supported "
                              "(int64 or int32)", name, tpu_dtype_name(idx->dtype));
@@ -584,6 +595,32 @@ static tpu_status check_scan(const tpu_op *op) {
     return TPU_OK;
 }
 
+static tpu_status check_sort(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
+    const int32_t dim = op->p.sort.dim;
+    char sa[160], sb[160], sc[160];
+    if (dim < 0 || dim >= in->ndim)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: dim %d is out of range for %d dims", name,
+                             (int)dim, (int)in->ndim);
+    if (o->dtype != in->dtype || ix->dtype != TPU_DTYPE_I64)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: values must be %s and indices int64, "
+                             "got %s and %s", name, tpu_dtype_name(in->dtype),
+                             tpu_dtype_name(o->dtype), tpu_dtype_name(ix->dtype));
+    bool ok = o->ndim == in->ndim && ix->ndim == in->ndim;
+    for (int32_t d = 0; ok && d < in->ndim; d++) {
+        int64_t want = in->sizes[d];
+        if (d == dim && op->fn == TPU_SORT_TOPK)
+            want = o->sizes[d] <= in->sizes[d] ? o->sizes[d] : -1; /* k <= the line */
+        ok = o->sizes[d] == want && ix->sizes[d] == want;
+    }
+    if (!ok)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: values %s and indices %s do not fit in[0] %s along "
+                             "dim %d", name, fmt_sizes(sa, sizeof sa, o), fmt_sizes(sb, sizeof sb, ix),
+                             fmt_sizes(sc, sizeof sc, in), (int)dim);
+    return TPU_OK;
+}
+
 /* Whether slot i of in[] (aux: of aux[]) may hold an absent tensor. */
 static bool may_be_absent(const tpu_op *op, bool aux, int i) {
     switch (op->code) {
@@ -601,6 +638,7 @@ static int aux_count(const tpu_op *op) {
     switch (op->code) {
     case TPU_OP_NORM: return 2;
     case TPU_OP_LOSS: return op->fn == TPU_LOSS_NLL_FORWARD ? 1 : 0;
+    case TPU_OP_SORT: return 1;
     default: return 0;
     }
 }
@@ -614,8 +652,8 @@ static const struct {
     [TPU_OP_FILL] = {0, 0},   [TPU_OP_UNARY] = {1, 1},    [TPU_OP_BINARY] = {1, 2},
     [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
-    [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {2, 2},    [TPU_OP_LOSS] = {3, 4},
-    [TPU_OP_SCAN] = {1, 1},
+    [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 2},    [TPU_OP_LOSS] = {3, 4},
+    [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 1},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -637,6 +675,8 @@ tpu_status tpu_op_check(const tpu_op *op) {
         lo = hi = op->fn == TPU_NORM_LAYER_FORWARD ? 3 : 5;
     if (op->code == TPU_OP_LOSS)
         lo = hi = op->fn == TPU_LOSS_NLL_FORWARD ? 3 : 4;
+    if (op->code == TPU_OP_INDEX)
+        lo = hi = op->fn == TPU_INDEX_HISTC ? 1 : 2;
     if (op->n_aux != aux_count(op))
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_aux is %d (expected %d)", name,
                              (int)op->n_aux, aux_count(op));
@@ -696,6 +736,7 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_INDEX: st = check_index(op); break;
     case TPU_OP_LOSS: st = check_loss(op); break;
     case TPU_OP_SCAN: st = check_scan(op); break;
+    case TPU_OP_SORT: st = check_sort(op); break;
     case TPU_OP_COUNT:
         return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
     }

@@ -105,7 +105,46 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
+/* HISTC, by share 0 alone: counts are exact integers, so the order does
+ * not matter, but one pass keeps it simple and the bins few. The bin of x
+ * is computed as PyTorch's CPU histc computes it, in the input's float
+ * type (f32 for the 32- and 16-bit floats). */
+static tpu_status histc_ref(const tpu_op *op, int ith) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    if (ith != 0)
+        return TPU_OK;
+    const int64_t bins = o->sizes[0], n = tpu_k_numel(in);
+    const double lo = op->p.hist.lo, hi = op->p.hist.hi;
+    const bool wide = !tpu_dtype_is_float(in->dtype) || in->dtype == TPU_DTYPE_F64;
+    for (int64_t b = 0; b < bins; b++)
+        tpu_k_store_f64(tpu_k_ptr(o, b * o->strides[0]), o->dtype, 0.0);
+    if (n == 0 || bins == 0)
+        return TPU_OK;
+    const int64_t *strides[1] = {in->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, in->ndim, in->sizes, 1, strides, 0);
+    for (int64_t i = 0; i < n; i++, tpu_k_iter_next(&it)) {
+        double x = tpu_k_load_f64(tpu_k_ptr(in, it.off[0]), in->dtype);
+        if (!(x >= lo && x <= hi))
+            continue; /* outside, or NaN */
+        int64_t b;
+        if (wide)
+            b = (int64_t)((x - lo) * (double)bins / (hi - lo));
+        else
+            b = (int64_t)(((float)x - (float)lo) * (float)bins / ((float)hi - (float)lo));
+        if (b >= bins)
+            b = bins - 1; /* the top edge, or f32 rounding just above it */
+        if (b < 0)
+            b = 0;
+        char *dst = tpu_k_ptr(o, b * o->strides[0]);
+        tpu_k_store_f64(dst, o->dtype, tpu_k_load_f64(dst, o->dtype) + 1.0);
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_INDEX_HISTC)
+        return histc_ref(op, ith);
     if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD)
         return embedding_backward_ref(op, ith, nth);
     return gather_ref(op, ith, nth);

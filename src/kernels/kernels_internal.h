@@ -152,6 +152,10 @@ tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
 /* SCAN (scan.c). */
 tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth);
 
+/* SORT (sort.c): a stable merge sort of each line in scratch. */
+tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth);
+int64_t tpu_k_sort_scratch_bytes(const tpu_op *op);
+
 /* Reads an int64 or int32 index element. */
 static inline int64_t tpu_k_load_index(const void *p, tpu_dtype dt) {
     if (dt == TPU_DTYPE_I32) {

@@ -19,7 +19,7 @@ static const char *const k_op_names[] = {
     [TPU_OP_TERNARY] = "ternary", [TPU_OP_SOFTMAX] = "softmax",
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
     [TPU_OP_NORM] = "norm",     [TPU_OP_INDEX] = "index",       [TPU_OP_LOSS] = "loss",
-    [TPU_OP_SCAN] = "scan",
+    [TPU_OP_SCAN] = "scan",     [TPU_OP_SORT] = "sort",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a name");
@@ -176,7 +176,8 @@ _Static_assert(sizeof k_norm_names / sizeof k_norm_names[0] == TPU_NORM_COUNT,
                "every tpu_norm_fn needs a name");
 static const char *const k_index_names[] = {[TPU_INDEX_SELECT] = "index_select",
                                             [TPU_INDEX_GATHER] = "gather",
-                                            [TPU_INDEX_EMBEDDING_BACKWARD] = "embedding_dense_backward"};
+                                            [TPU_INDEX_EMBEDDING_BACKWARD] = "embedding_dense_backward",
+                                            [TPU_INDEX_HISTC] = "histc"};
 _Static_assert(sizeof k_index_names / sizeof k_index_names[0] == TPU_INDEX_COUNT,
                "every tpu_index_fn needs a name");
 static const char *const k_loss_names[] = {[TPU_LOSS_NLL_FORWARD] = "nll_loss_forward",
@@ -188,6 +189,10 @@ static const char *const k_scan_names[] = {[TPU_SCAN_CUMSUM] = "cumsum",
                                            [TPU_SCAN_CUMPROD] = "cumprod"};
 _Static_assert(sizeof k_scan_names / sizeof k_scan_names[0] == TPU_SCAN_COUNT,
                "every tpu_scan_fn needs a name");
+
+static const char *const k_sort_names[] = {[TPU_SORT_SORT] = "sort", [TPU_SORT_TOPK] = "topk"};
+_Static_assert(sizeof k_sort_names / sizeof k_sort_names[0] == TPU_SORT_COUNT,
+               "every tpu_sort_fn needs a name");
 
 /* Each family's function names (or rows) and count; neither: the family
  * has one function, 0, named after the family. */
@@ -211,6 +216,7 @@ static const struct {
     [TPU_OP_INDEX] = {k_index_names, NULL, TPU_INDEX_COUNT},
     [TPU_OP_LOSS] = {k_loss_names, NULL, TPU_LOSS_COUNT},
     [TPU_OP_SCAN] = {k_scan_names, NULL, TPU_SCAN_COUNT},
+    [TPU_OP_SORT] = {k_sort_names, NULL, TPU_SORT_COUNT},
 };
 _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
                "every tpu_op_code needs its function table");
@@ -242,6 +248,7 @@ static const struct {
     [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref},
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
     [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
+    [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_ref, NULL, tpu_k_sort_scratch_bytes, NULL},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");
@@ -265,7 +272,7 @@ static const work_kind k_work[] = {
     [TPU_OP_SOFTMAX] = WORK_ROWS,
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
     [TPU_OP_NORM] = WORK_NORM, [TPU_OP_INDEX] = WORK_ELEMENTS, [TPU_OP_LOSS] = WORK_ONE,
-    [TPU_OP_SCAN] = WORK_ROWS,
+    [TPU_OP_SCAN] = WORK_ROWS,     [TPU_OP_SORT] = WORK_ROWS,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a thread policy");
@@ -353,7 +360,9 @@ int tpu_op_max_threads(const tpu_op *op) {
     case WORK_ROWS: {
         /* One thread per row at most: each row is computed by one share. */
         int64_t n = tpu_k_numel(&op->in[0]);
-        int32_t dim = op->code == TPU_OP_SCAN ? op->p.scan.dim : op->p.softmax.dim;
+        int32_t dim = op->code == TPU_OP_SCAN   ? op->p.scan.dim
+                      : op->code == TPU_OP_SORT ? op->p.sort.dim
+                                                : op->p.softmax.dim;
         int64_t len = op->in[0].ndim ? op->in[0].sizes[dim] : 1;
         int64_t rows = len > 0 ? n / len : 0;
         int64_t want = n / ELEMENTS_PER_THREAD;

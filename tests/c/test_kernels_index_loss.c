@@ -866,7 +866,7 @@ static void index_refusals(void) {
     CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "grad has dtype float64, expected float32");
     op = eok;
     op.fn = TPU_INDEX_COUNT;
-    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "has no function 3");
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "has no function");
 }
 
 static void loss_refusals(void) {

@@ -83,6 +83,7 @@ typedef enum {
     TPU_OP_INDEX,    /* gathers and scatters by an index tensor; tpu_index_fn, p.index */
     TPU_OP_LOSS,     /* losses against targets and their backward; tpu_loss_fn, p.loss */
     TPU_OP_SCAN,     /* running sums and products along one dim; tpu_scan_fn, p.scan */
+    TPU_OP_SORT,     /* sorting along one dim, with indices; tpu_sort_fn, p.sort */
     TPU_OP_COUNT
 } tpu_op_code;
 
@@ -306,6 +307,12 @@ typedef enum {
                                  * wrapping), skipping entries equal to p.index.padding_idx;
                                  * with p.index.scale_by_freq each row divided by its count;
                                  * rows nobody names are 0; float */
+    TPU_INDEX_HISTC,            /* out [bins] counts the elements of in[0] (any dtype but bool; n_in
+                                 * 1) in [p.hist.lo, p.hist.hi] by equal-width bins, the top edge
+                                 * in the last bin; NaN and values outside are not counted. Bins
+                                 * are found as PyTorch's CPU does, (x - lo) * bins / (hi - lo)
+                                 * truncated, in f32 for f32/f16/bf16 and f64 otherwise; out is
+                                 * float or integer; lo < hi, both finite */
     TPU_INDEX_COUNT
 } tpu_index_fn;
 
@@ -317,7 +324,7 @@ typedef enum {
 } tpu_loss_reduction;
 
 /* LOSS functions. Negative log likelihood of log-probabilities x = in[0]
- * ([N, C], or [C] for one sample with no N dim) at int64 targets t = in[1]
+ * ([N, C], or [C] for one sample with no N dim) at int64 or int32 targets t = in[1]
  * ([N], or 0-d), with optional class weights w = in[2] ([C]). A sample
  * whose target is p.loss.ignore_index counts 0 with weight 0; any other
  * target outside [0, C) is a kernel-side TPU_ERR_INDEX. Sums in f64, in
@@ -343,6 +350,18 @@ typedef enum {
     TPU_SCAN_CUMPROD,
     TPU_SCAN_COUNT
 } tpu_scan_fn;
+
+/* SORT functions, along dim p.sort.dim of in[0], every line independently:
+ * out holds values (in[0]'s dtype), aux[0] their int64 positions in the
+ * line. Ascending unless p.sort.descending; NaN sorts above every number
+ * (last ascending, first descending), equal values keep their order
+ * (stable). Uses scratch (tpu_op_scratch_bytes). */
+typedef enum {
+    TPU_SORT_SORT = 0, /* out and aux[0] have in[0]'s sizes */
+    TPU_SORT_TOPK,     /* out and aux[0] have in[0]'s sizes but out.sizes[dim] = k, the k first
+                        * of the sorted line (descending: the k largest) */
+    TPU_SORT_COUNT
+} tpu_sort_fn;
 
 typedef enum {
     TPU_ROUND_NONE = 0, /* true division */
@@ -431,7 +450,8 @@ typedef struct tpu_op {
          * the op draws from the stream of counters (block, offset), block
          * = 0, 1, ... in out's row-major element order, so the values do
          * not depend on threads or strides. The host gives each op a fresh
-         * offset. Float outputs only, except BERNOULLI (one uniform per
+         * offset. Float outputs only, except INTEGERS (any but bool) and
+         * BERNOULLI (one uniform per
          * element as UNIFORM draws it; any dtype). */
         struct {
             uint64_t seed, offset;
@@ -453,6 +473,15 @@ typedef struct tpu_op {
             int64_t padding_idx;    /* EMBEDDING_BACKWARD; -1: none */
             bool scale_by_freq;     /* EMBEDDING_BACKWARD */
         } index;
+        /* INDEX HISTC. */
+        struct {
+            double lo, hi;
+        } hist;
+        /* SORT: 0 <= dim < rank (0-d as 1-d of size 1). */
+        struct {
+            int32_t dim;
+            bool descending;
+        } sort;
         /* SCAN: 0 <= dim < rank (0-d as 1-d of size 1). */
         struct {
             int32_t dim;

@@ -1,0 +1,152 @@
+// sort and topk as TPU_OP_SORT records (values and their positions), on
+// PyTorch's structured metas (shapes, dim, k and out= checks as on CPU);
+// histc as an INDEX HISTC record, with the range taken from the data when
+// min == max as PyTorch does.
+#include <ATen/WrapDimUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/sort_meta.h>
+#include <ATen/ops/topk_meta.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "core/glue.h"
+#include "core/structured.h"
+
+namespace torch_tpu {
+namespace {
+
+// Values and indices of `self` sorted along `dim` (the first k for TOPK)
+// into the structured op's outputs.
+void sort_into(tpu_sort_fn fn, const char* name, const at::Tensor& self, int64_t dim, bool descending,
+               const at::Tensor& values, const at::Tensor& indices) {
+  if (values.numel() == 0) return;
+  check_in_storage(self, name);
+  // The kernel needs fresh outputs: a given out= that shares memory with
+  // self, or with the other output, goes through temporaries.
+  const bool fresh = values.is_alias_of(self) || indices.is_alias_of(self) || values.is_alias_of(indices);
+  at::Tensor v = fresh ? at::empty(values.sizes(), values.options()) : values;
+  at::Tensor ix = fresh ? at::empty(indices.sizes(), indices.options()) : indices;
+  const auto d1 = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };
+  const at::Tensor self1 = d1(self), v1 = d1(v), ix1 = d1(ix);
+  tpu_op op{};
+  op.code = TPU_OP_SORT;
+  op.fn = fn;
+  op.n_in = 1;
+  op.n_aux = 1;
+  op.in[0] = describe(self1, name);
+  op.out = describe(v1, name);
+  op.aux[0] = describe(ix1, name);
+  op.p.sort.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, self.dim()));
+  op.p.sort.descending = descending;
+  at::Tensor scratch;
+  if (const int64_t bytes = tpu_op_scratch_bytes(&op); bytes > 0) {
+    scratch = at::empty({bytes}, self.options().dtype(at::kByte));
+    op.scratch = scratch.data_ptr();
+    op.scratch_nbytes = bytes;
+  }
+  submit(self.device().index(), op, name);
+  if (fresh) {
+    copy_tensor(values, v, false);
+    copy_tensor(indices, ix, false);
+  }
+}
+
+void check_sortable(const at::Tensor& self, const char* name) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex(), name, ": complex tensors are not supported on tpu");
+}
+
+using at::meta::structured_sort_stable;
+using at::meta::structured_topk;
+
+std::tuple<at::Tensor, at::Tensor> sort_stable(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
+                                               bool descending) {
+  check_sortable(self, "aten::sort");
+  Structured<structured_sort_stable> op(OutputKind::Functional, nullptr, "aten::sort");
+  op.meta(self, stable, dim, descending);
+  sort_into(TPU_SORT_SORT, "aten::sort", self, dim, descending, op.outputs_[0], op.outputs_[1]);
+  return {std::move(op.outputs_[0]), std::move(op.outputs_[1])};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> sort_stable_out(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
+                                                     bool descending, at::Tensor& values, at::Tensor& indices) {
+  check_sortable(self, "aten::sort");
+  Structured<structured_sort_stable> op(OutputKind::Out, {values, indices}, "aten::sort");
+  op.meta(self, stable, dim, descending);
+  sort_into(TPU_SORT_SORT, "aten::sort", self, dim, descending, values, indices);
+  return {values, indices};
+}
+
+// topk: the k first of the line sorted descending (largest) or ascending.
+// The result is always sorted, which `sorted=False` allows.
+std::tuple<at::Tensor, at::Tensor> topk(const at::Tensor& self, int64_t k, int64_t dim, bool largest, bool sorted) {
+  check_sortable(self, "aten::topk");
+  Structured<structured_topk> op(OutputKind::Functional, nullptr, "aten::topk");
+  op.meta(self, k, dim, largest, sorted);
+  sort_into(TPU_SORT_TOPK, "aten::topk", self, dim, largest, op.outputs_[0], op.outputs_[1]);
+  return {std::move(op.outputs_[0]), std::move(op.outputs_[1])};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> topk_out(const at::Tensor& self, int64_t k, int64_t dim, bool largest,
+                                              bool sorted, at::Tensor& values, at::Tensor& indices) {
+  check_sortable(self, "aten::topk");
+  Structured<structured_topk> op(OutputKind::Out, {values, indices}, "aten::topk");
+  op.meta(self, k, dim, largest, sorted);
+  sort_into(TPU_SORT_TOPK, "aten::topk", self, dim, largest, values, indices);
+  return {values, indices};
+}
+
+// histc, for every dtype but bool and complex (PyTorch's CPU kernel has no
+// integer one; CUDA's has, and mixture-of-experts routing uses it).
+at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max,
+                      at::Tensor& out) {
+  const char* name = "aten::histc";
+  TORCH_CHECK(bins > 0, "torch.histc(): bins must be > 0, but got ", bins, " for dimension 0");
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool && !self.is_complex(),
+                              "\"histc\" not implemented for '", self.scalar_type(), "'");
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "torch.histc: input tensor and hist tensor should have the "
+              "same dtype, but got input ", self.scalar_type(), " and hist ", out.scalar_type());
+  double lo = min.toDouble(), hi = max.toDouble();
+  TORCH_CHECK(!(std::isinf(lo) || std::isinf(hi) || std::isnan(lo) || std::isnan(hi)), "torch.histc: range of [",
+              lo, ", ", hi, "] is not finite");
+  TORCH_CHECK(lo <= hi, "torch.histc: max must be larger than min");
+  if (lo == hi && self.numel() > 0) {
+    // The data's own range (a sync, as on every backend).
+    lo = self.min().item<double>();
+    hi = self.max().item<double>();
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  at::native::resize_output(out, {bins});
+  check_in_storage(self, name);
+  tpu_op op{};
+  op.code = TPU_OP_INDEX;
+  op.fn = TPU_INDEX_HISTC;
+  op.n_in = 1;
+  op.out = describe(out, name);
+  op.in[0] = describe(self, name);
+  op.p.hist.lo = lo;
+  op.p.hist.hi = hi;
+  submit(self.device().index(), op, name);
+  return out;
+}
+
+at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, const c10::Scalar& max) {
+  at::Tensor out = at::empty({0}, self.options());
+  return histc_out(self, bins, min, max, out);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("sort.stable", sort_stable);
+  m.impl("sort.values_stable", sort_stable_out);
+  m.impl("topk", topk);
+  m.impl("topk.values", topk_out);
+  m.impl("histc", histc);
+  m.impl("histc.out", histc_out);
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,110 @@
+/* SORT: a stable sort of every line along one dim, with positions.
+ *
+ * Each line is copied into scratch as (key, position) pairs and sorted by a
+ * bottom-up merge sort (stable, n log n, no recursion), then written out:
+ * the whole line for SORT, its first k entries for TOPK. Keys are f64 for
+ * float dtypes (exact for every one) and int64 for integers and bool, so
+ * comparisons are exact. NaN sorts above every number.
+ *
+ * Work split: contiguous ranges of lines, each sorted by one share in its
+ * own part of the scratch (two pair buffers per line, laid out by line
+ * index), so results do not depend on the thread count. */
+#include <math.h>
+
+#include "kernels_internal.h"
+#include "strided.h"
+
+typedef struct {
+    union {
+        double f;
+        int64_t i;
+    } key;
+    int64_t pos;
+} sort_pair;
+
+/* Whether a sorts strictly before b (ascending, NaN last). Equal keys are
+ * never "before", which keeps the merge stable. */
+static inline bool before(const sort_pair *a, const sort_pair *b, bool is_float, bool descending) {
+    if (is_float) {
+        double x = a->key.f, y = b->key.f;
+        if (isnan(x) || isnan(y))
+            return descending ? isnan(x) && !isnan(y) : !isnan(x) && isnan(y);
+        return descending ? x > y : x < y;
+    }
+    return descending ? a->key.i > b->key.i : a->key.i < b->key.i;
+}
+
+/* Sorts n pairs of `a` using `tmp` (n pairs); returns the buffer that
+ * holds the result (a or tmp). */
+static sort_pair *merge_sort(sort_pair *a, sort_pair *tmp, int64_t n, bool is_float,
+                             bool descending) {
+    sort_pair *src = a, *dst = tmp;
+    for (int64_t width = 1; width < n; width *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * width) {
+            int64_t mid = lo + width < n ? lo + width : n;
+            int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int64_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                dst[k++] = before(&src[j], &src[i], is_float, descending) ? src[j++] : src[i++];
+            while (i < mid)
+                dst[k++] = src[i++];
+            while (j < hi)
+                dst[k++] = src[j++];
+        }
+        sort_pair *t = src;
+        src = dst;
+        dst = t;
+    }
+    return src;
+}
+
+/* The line length being sorted (in[0]'s size along dim). */
+static int64_t line_len(const tpu_op *op) {
+    return op->in[0].sizes[op->p.sort.dim];
+}
+
+int64_t tpu_k_sort_scratch_bytes(const tpu_op *op) {
+    /* Two pair buffers per line: every input element, twice. */
+    return 2 * tpu_k_numel(&op->in[0]) * (int64_t)sizeof(sort_pair);
+}
+
+tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
+    const int32_t dim = op->p.sort.dim;
+    const int64_t len = line_len(op), k_out = o->sizes[dim];
+    int64_t line_sizes[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < in->ndim; d++)
+        line_sizes[d] = d == dim ? 1 : in->sizes[d];
+    const int64_t lines = len > 0 ? tpu_k_numel(in) / len : 0;
+    int64_t start, end;
+    tpu_k_split(lines, ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *strides[3] = {in->strides, o->strides, ix->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, in->ndim, line_sizes, 3, strides, start);
+    const bool is_float = tpu_dtype_is_float(in->dtype), desc = op->p.sort.descending;
+    sort_pair *scratch = op->scratch;
+    for (int64_t l = start; l < end; l++, tpu_k_iter_next(&it)) {
+        sort_pair *a = scratch + 2 * l * len, *tmp = a + len;
+        for (int64_t j = 0; j < len; j++) {
+            const char *x = tpu_k_ptr(in, it.off[0] + j * in->strides[dim]);
+            if (is_float)
+                a[j].key.f = tpu_k_load_f64(x, in->dtype);
+            else
+                a[j].key.i = tpu_k_load_i64(x, in->dtype);
+            a[j].pos = j;
+        }
+        const sort_pair *sorted = merge_sort(a, tmp, len, is_float, desc);
+        for (int64_t j = 0; j < k_out; j++) {
+            char *y = tpu_k_ptr(o, it.off[1] + j * o->strides[dim]);
+            if (is_float)
+                tpu_k_store_f64(y, o->dtype, sorted[j].key.f);
+            else
+                tpu_k_store_i64(y, o->dtype, sorted[j].key.i);
+            tpu_k_store_i64(tpu_k_ptr(ix, it.off[2] + j * ix->strides[dim]), TPU_DTYPE_I64,
+                            sorted[j].pos);
+        }
+    }
+    return TPU_OK;
+}
