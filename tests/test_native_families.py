@@ -314,6 +314,64 @@ def test_embedding_backward(dtype, padding_idx, scale):
     check(grads[0], grads[1])
 
 
+INDEXINGS = [
+    lambda x, d: x[torch.tensor([0, 3, -1], device=d)],
+    lambda x, d: x[:, torch.tensor([[1], [2]], device=d)],
+    lambda x, d: x[torch.tensor([[0], [4]], device=d), torch.tensor([5, 0, 1], device=d)],
+    lambda x, d: x[torch.tensor([1, 2], device=d), :, torch.tensor([6, 0], device=d)],
+    lambda x, d: x[..., torch.tensor([2, 2], device=d)],
+    lambda x, d: x[x > 0.5],
+    lambda x, d: x[(x > 0).any(-1)],
+    lambda x, d: x[torch.tensor([0, 1], device="cpu")],  # CPU indices, as CUDA allows
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+@pytest.mark.parametrize("fn", INDEXINGS)
+def test_advanced_indexing(fn, dtype):
+    x = reduce_input(dtype, shape=(5, 6, 7))
+    check(fn(x, "cpu"), fn(x.to("tpu"), "tpu"))
+    with pytest.raises(IndexError, match="out of bounds"):
+        x.to("tpu")[torch.tensor([5], device="tpu")].cpu()
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(accumulate):
+    x = randn(5, 6)
+    for idx, value in [((torch.tensor([0, 0, 2]),), randn(3, 6, seed=1)),
+                       ((torch.tensor([1, 4]), torch.tensor([5, -1])), torch.tensor([1.5, 2.5])),
+                       ((torch.tensor([3]),), torch.tensor(7.0))]:
+        a, b = x.clone(), x.to("tpu")
+        a.index_put_(idx, value, accumulate=accumulate)
+        b.index_put_(tuple(i.to("tpu") for i in idx), value.to("tpu"), accumulate=accumulate)
+        check(a, b)
+    a, b = x.clone(), x.to("tpu")
+    a[a > 0] = -1.0
+    b[b > 0] = -1.0
+    check(a, b)
+    a[:, 2:][a[:, 2:] < 0] = 3.0
+    b[:, 2:][b[:, 2:] < 0] = 3.0
+    check(a, b)
+
+
+def test_nonzero_and_scatter():
+    x = reduce_input(torch.float32, shape=(4, 5, 3)) > 0.3
+    check(torch.nonzero(x), torch.nonzero(x.to("tpu")))
+    check(torch.nonzero(torch.tensor(3.0)), torch.nonzero(torch.tensor(3.0, device="tpu")))
+    check(torch.nonzero(torch.zeros(0, 3)), torch.nonzero(torch.zeros(0, 3, device="tpu")))
+    idx = torch.randint(0, 6, (5, 3), generator=torch.Generator().manual_seed(1))
+    src = randn(5, 3)
+    for dim_idx, base in ((idx, torch.zeros(5, 6)), (idx.t()[:, :2] % 5, torch.zeros(5, 6))):
+        dim = 1 if dim_idx is idx else 0
+        s = src[: dim_idx.shape[0], : dim_idx.shape[1]]
+        check(base.scatter(dim, dim_idx, s), base.to("tpu").scatter(dim, dim_idx.to("tpu"), s.to("tpu")))
+        check(base.scatter_add(dim, dim_idx, s), base.to("tpu").scatter_add(dim, dim_idx.to("tpu"), s.to("tpu")))
+        check(base.clone().scatter_(dim, dim_idx, 2.5), base.to("tpu").scatter_(dim, dim_idx.to("tpu"), 2.5))
+    with pytest.raises(IndexError):
+        torch.zeros(2, 3, device="tpu").scatter_(1, torch.tensor([[3]], device="tpu"), 1.0)
+        torch.tpu.synchronize()
+
+
 # ---------------------------------------------------------------- losses
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])

@@ -43,6 +43,7 @@
 #include <string>
 
 #include "core/glue.h"
+#include "core/iterator.h"
 #include "core/structured.h"
 
 namespace torch_tpu {
@@ -79,54 +80,6 @@ struct EwParams {
   // The common dtype, where the iterator has none of its own (where).
   std::optional<at::ScalarType> common;
 };
-
-// Operand `arg` of the iterator as a C view, dims in row-major order (the
-// iterator keeps its dims fastest first and its strides in bytes), over
-// the dims [0, ndim) of the iterator's shape with data at `data`.
-tpu_tensor describe_operand(const at::TensorIteratorBase& iter, int arg, char* data, int ndim) {
-  tpu_tensor t{};
-  const at::TensorBase& base = iter.tensor_base(arg);
-  t.data = data;
-  TORCH_INTERNAL_ASSERT(to_tpu_dtype(iter.dtype(arg), &t.dtype));
-  t.ndim = ndim;
-  const int64_t es = static_cast<int64_t>(iter.element_size(arg));
-  for (int d = 0; d < ndim; d++) {
-    t.sizes[d] = iter.shape()[ndim - 1 - d];
-    t.strides[d] = iter.strides(arg)[ndim - 1 - d] / es;
-  }
-  t.storage = base.storage().mutable_data();
-  t.storage_nbytes = static_cast<int64_t>(base.storage().nbytes());
-  return t;
-}
-
-// The record's tensor slot k: out, then the inputs.
-tpu_tensor* slot(tpu_op& op, int k) { return k == 0 ? &op.out : &op.in[k - 1]; }
-
-// Submits one record per slice of the iterator's outermost dims beyond
-// TPU_MAX_DIMS (one record in the common case), for the iterator's
-// operands [0, n_tensors).
-void submit_slices(const at::TensorIteratorBase& iter, tpu_op& op, int n_tensors, c10::DeviceIndex chip,
-                   const char* name) {
-  std::array<char*, 4> data{};
-  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(i));
-  const int ndim = iter.ndim();
-  const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
-  // Outer dims [kept, ndim) are walked here, fastest first.
-  std::vector<int64_t> idx(ndim - kept, 0);
-  while (true) {
-    for (int i = 0; i < n_tensors; i++) *slot(op, i) = describe_operand(iter, i, data[i], kept);
-    submit(chip, op, name);
-    int d = 0;
-    for (; d < ndim - kept; d++) {
-      const int dim = kept + d;
-      for (int i = 0; i < n_tensors; i++) data[i] += iter.strides(i)[dim];
-      if (++idx[d] < iter.shape()[dim]) break;
-      for (int i = 0; i < n_tensors; i++) data[i] -= iter.strides(i)[dim] * iter.shape()[dim];
-      idx[d] = 0;
-    }
-    if (d == ndim - kept) return;
-  }
-}
 
 // Describes a built element-wise iterator (one output; up to three
 // inputs) as a record of family `code`, function `fn`, and submits it.
@@ -178,7 +131,7 @@ void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn,
   bool any_host = false;
   for (int arg = 1; arg < n_tensors; arg++) any_host = any_host || iter.is_cpu_scalar(arg);
   if (!any_host) {
-    submit_slices(iter, op, n_tensors, device.index(), name);
+    submit_iterator_slices(iter, op, n_tensors, device.index(), name);
     return;
   }
   TORCH_CHECK(iter.ndim() <= TPU_MAX_DIMS, name, ": a host scalar operand with more than ", TPU_MAX_DIMS,
@@ -186,7 +139,7 @@ void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn,
   std::vector<at::Tensor> moved;
   for (int arg = 0; arg < n_tensors; arg++) {
     if (!iter.is_cpu_scalar(arg)) {
-      *slot(op, arg) = describe_operand(iter, arg, static_cast<char*>(iter.data_ptr(arg)), iter.ndim());
+      *iterator_slot(op, arg) = describe_iterator_operand(iter, arg, static_cast<char*>(iter.data_ptr(arg)), iter.ndim());
       continue;
     }
     moved.push_back(at::Tensor(iter.tensor_base(arg)).to(device));
@@ -196,7 +149,7 @@ void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn,
       t.sizes[d] = iter.shape()[iter.ndim() - 1 - d];
       t.strides[d] = 0;
     }
-    *slot(op, arg) = t;
+    *iterator_slot(op, arg) = t;
   }
   submit(device.index(), op, name);
 }

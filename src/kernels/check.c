@@ -482,10 +482,107 @@ static tpu_status check_norm(const tpu_op *op) {
     return st;
 }
 
+/* ADVANCED and ADVANCED_PUT: the indexed view `t` (out or in[0]), with
+ * every index value in range, must lie in its storage: its own span
+ * widened by (idx_sizes[k] - 1) * idx_strides[k] for each index k. */
+static tpu_status check_advanced(const tpu_op *op, const char *what, const tpu_tensor *t) {
+    const char *name = tpu_k_op_label(op);
+    const int32_t n = op->p.index.n_idx;
+    if (n < 1 || n > TPU_OP_MAX_IN - 1 || op->n_in != n + 1)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %d index tensors with n_in %d (1 to %d "
+                             "indices, n_in one more)", name, (int)n, (int)op->n_in,
+                             TPU_OP_MAX_IN - 1);
+    for (int k = 1; k <= n; k++) {
+        tpu_status st = check_same_sizes(op, k);
+        if (st != TPU_OK)
+            return st;
+        if (!is_index_dtype(op->in[k].dtype))
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: index %d has dtype %s (int64 or "
+                                 "int32)", name, k - 1, tpu_dtype_name(op->in[k].dtype));
+    }
+    tpu_status st = check_same_sizes(op, 0);
+    if (st != TPU_OK)
+        return st;
+    if (op->out.dtype != op->in[0].dtype)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s differs from in[0]'s %s",
+                             name, tpu_dtype_name(op->out.dtype), tpu_dtype_name(op->in[0].dtype));
+    if (tpu_k_numel(t) == 0)
+        return TPU_OK;
+    int64_t lo = 0, hi = 0; /* element offsets; check_tensor bounded the view's */
+    for (int32_t d = 0; d < t->ndim; d++) {
+        int64_t span = t->strides[d] * (t->sizes[d] - 1);
+        *(span < 0 ? &lo : &hi) += span;
+    }
+    for (int k = 0; k < n; k++) {
+        int64_t size = op->p.index.idx_sizes[k], span;
+        if (size < 1 || __builtin_mul_overflow(op->p.index.idx_strides[k], size - 1, &span) ||
+            (span < 0 ? __builtin_add_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi)))
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: indexed dim %d has size %lld and stride "
+                                 "%lld (sizes must be >= 1, spans must fit)", name, k,
+                                 (long long)size, (long long)op->p.index.idx_strides[k]);
+    }
+    int64_t es = (int64_t)tpu_dtype_size(t->dtype), first, end;
+    if (__builtin_mul_overflow(lo, es, &first) || __builtin_add_overflow(hi, 1, &end) ||
+        __builtin_mul_overflow(end, es, &end))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: indexed dims too large", name);
+    return check_in_storage(name, what, t, first, end);
+}
+
+/* SCATTER*: index in[1] no larger than the source in any dim and than out
+ * in every dim but dim; ranks equal. */
+static tpu_status check_scatter(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *src = &op->in[0], *idx = &op->in[1], *o = &op->out;
+    const int32_t dim = op->p.index.dim;
+    const bool fill = op->fn == TPU_INDEX_SCATTER_FILL;
+    char sa[160], sb[160];
+    if (!is_index_dtype(idx->dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: index dtype %s is not supported "
+                             "(int64 or int32)", name, tpu_dtype_name(idx->dtype));
+    if (fill != tpu_tensor_is_absent(src))
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: in[0] must be %s", name,
+                             fill ? "absent (the value is p.index.value)" : "the source");
+    if (idx->ndim != o->ndim || o->ndim < 1 || dim < 0 || dim >= o->ndim ||
+        (!fill && src->ndim != o->ndim))
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: out rank %d, index rank %d, dim %d (ranks must "
+                             "match and dim lie in them)", name, (int)o->ndim, (int)idx->ndim,
+                             (int)dim);
+    for (int32_t d = 0; d < o->ndim; d++)
+        if ((!fill && idx->sizes[d] > src->sizes[d]) || (d != dim && idx->sizes[d] > o->sizes[d]))
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: index has sizes %s, out %s (the index must be "
+                                 "no larger than the source, and than out but along dim %d)",
+                                 name, fmt_sizes(sa, sizeof sa, idx), fmt_sizes(sb, sizeof sb, o),
+                                 (int)dim);
+    if (!fill && src->dtype != o->dtype)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: source dtype %s differs from out's %s",
+                             name, tpu_dtype_name(src->dtype), tpu_dtype_name(o->dtype));
+    if (op->fn == TPU_INDEX_SCATTER_ADD && o->dtype == TPU_DTYPE_BOOL)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype bool is not supported", name);
+    return TPU_OK;
+}
+
 static tpu_status check_index(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
     const tpu_tensor *src = &op->in[0], *idx = &op->in[1], *o = &op->out;
     char sa[160], sb[160];
+    switch (op->fn) {
+    case TPU_INDEX_SCATTER:
+    case TPU_INDEX_SCATTER_ADD:
+    case TPU_INDEX_SCATTER_FILL: return check_scatter(op);
+    case TPU_INDEX_ADVANCED: return check_advanced(op, "in[0]", src);
+    case TPU_INDEX_ADVANCED_PUT:
+        if (op->p.index.accumulate && o->dtype == TPU_DTYPE_BOOL)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: accumulating into bool is not "
+                                 "supported", name);
+        return check_advanced(op, "out", o);
+    case TPU_INDEX_NONZERO:
+        if (o->dtype != TPU_DTYPE_I64 || o->ndim != 2 || o->sizes[1] != src->ndim)
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: out must be int64 [count, %d], got %s %s",
+                                 name, (int)src->ndim, tpu_dtype_name(o->dtype),
+                                 fmt_sizes(sa, sizeof sa, o));
+        return TPU_OK;
+    default: break;
+    }
     if (op->fn == TPU_INDEX_HISTC) {
         double lo = op->p.hist.lo, hi = op->p.hist.hi;
         if (o->ndim != 1 || o->dtype == TPU_DTYPE_BOOL || src->dtype == TPU_DTYPE_BOOL)
@@ -629,6 +726,7 @@ static bool may_be_absent(const tpu_op *op, bool aux, int i) {
             return !aux && (i == 1 || i == 2);
         return aux || i == 4;
     case TPU_OP_LOSS: return !aux && i == 2;
+    case TPU_OP_INDEX: return !aux && i == 0 && op->fn == TPU_INDEX_SCATTER_FILL;
     default: return false;
     }
 }
@@ -652,7 +750,7 @@ static const struct {
     [TPU_OP_FILL] = {0, 0},   [TPU_OP_UNARY] = {1, 1},    [TPU_OP_BINARY] = {1, 2},
     [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
-    [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 2},    [TPU_OP_LOSS] = {3, 4},
+    [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 5},    [TPU_OP_LOSS] = {3, 4},
     [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 1},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
@@ -675,8 +773,13 @@ tpu_status tpu_op_check(const tpu_op *op) {
         lo = hi = op->fn == TPU_NORM_LAYER_FORWARD ? 3 : 5;
     if (op->code == TPU_OP_LOSS)
         lo = hi = op->fn == TPU_LOSS_NLL_FORWARD ? 3 : 4;
-    if (op->code == TPU_OP_INDEX)
-        lo = hi = op->fn == TPU_INDEX_HISTC ? 1 : 2;
+    if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_HISTC || op->fn == TPU_INDEX_NONZERO))
+        lo = hi = 1;
+    else if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_ADVANCED ||
+                                          op->fn == TPU_INDEX_ADVANCED_PUT))
+        lo = 2, hi = TPU_OP_MAX_IN;
+    else if (op->code == TPU_OP_INDEX)
+        lo = hi = 2;
     if (op->n_aux != aux_count(op))
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_aux is %d (expected %d)", name,
                              (int)op->n_aux, aux_count(op));
@@ -702,7 +805,9 @@ tpu_status tpu_op_check(const tpu_op *op) {
     for (int i = 0; st == TPU_OK && i < op->n_aux; i++)
         if (!(tpu_tensor_is_absent(&op->aux[i]) && may_be_absent(op, true, i)))
             st = check_tensor(op, aux_what[i], &op->aux[i]);
-    if (st == TPU_OK)
+    /* ADVANCED_PUT's out has stride 0 in its indexed dims by design. */
+    bool put = op->code == TPU_OP_INDEX && op->fn == TPU_INDEX_ADVANCED_PUT;
+    if (st == TPU_OK && !put)
         st = check_no_self_overlap(op, "out", &op->out);
     for (int i = 0; st == TPU_OK && i < op->n_aux; i++)
         st = check_no_self_overlap(op, aux_what[i], &op->aux[i]);

@@ -143,6 +143,8 @@ static tpu_status histc_ref(const tpu_op *op, int ith) {
 }
 
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
+    if (op->fn >= TPU_INDEX_SCATTER)
+        return tpu_k_scatter_ref(op, ith, nth);
     if (op->fn == TPU_INDEX_HISTC)
         return histc_ref(op, ith);
     if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD)

@@ -147,6 +147,9 @@ tpu_status tpu_k_norm_run_phase(const tpu_op *op, int phase, int ith, int nth);
 
 /* INDEX (index.c) and LOSS (loss.c). */
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth);
+/* The scatters, advanced indexing and nonzero (scatter.c), called by
+ * tpu_k_index_ref. */
+tpu_status tpu_k_scatter_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
 
 /* SCAN (scan.c). */

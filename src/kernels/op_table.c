@@ -177,7 +177,13 @@ _Static_assert(sizeof k_norm_names / sizeof k_norm_names[0] == TPU_NORM_COUNT,
 static const char *const k_index_names[] = {[TPU_INDEX_SELECT] = "index_select",
                                             [TPU_INDEX_GATHER] = "gather",
                                             [TPU_INDEX_EMBEDDING_BACKWARD] = "embedding_dense_backward",
-                                            [TPU_INDEX_HISTC] = "histc"};
+                                            [TPU_INDEX_HISTC] = "histc",
+                                            [TPU_INDEX_SCATTER] = "scatter",
+                                            [TPU_INDEX_SCATTER_ADD] = "scatter_add",
+                                            [TPU_INDEX_SCATTER_FILL] = "scatter_fill",
+                                            [TPU_INDEX_ADVANCED] = "index",
+                                            [TPU_INDEX_ADVANCED_PUT] = "index_put",
+                                            [TPU_INDEX_NONZERO] = "nonzero"};
 _Static_assert(sizeof k_index_names / sizeof k_index_names[0] == TPU_INDEX_COUNT,
                "every tpu_index_fn needs a name");
 static const char *const k_loss_names[] = {[TPU_LOSS_NLL_FORWARD] = "nll_loss_forward",

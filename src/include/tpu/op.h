@@ -313,6 +313,28 @@ typedef enum {
                                  * are found as PyTorch's CPU does, (x - lo) * bins / (hi - lo)
                                  * truncated, in f32 for f32/f16/bf16 and f64 otherwise; out is
                                  * float or integer; lo < hi, both finite */
+    TPU_INDEX_SCATTER,          /* out[.. in[1][..j..] ..] = in[0][..j..] along dim p.index.dim, for
+                                 * every element j of the index in[1]; other elements of out keep
+                                 * their values. in[0] at least the index's sizes, out at least
+                                 * them in every dim but dim; same dtype. Positions in one line
+                                 * (differing only along dim) are written in order: the last
+                                 * duplicate wins */
+    TPU_INDEX_SCATTER_ADD,      /* likewise, adding (any dtype but bool; in index order) */
+    TPU_INDEX_SCATTER_FILL,     /* likewise, writing p.index.value; in[0] is absent */
+    TPU_INDEX_ADVANCED,         /* PyTorch's advanced indexing (x[i, j]): element-wise over out;
+                                 * in[0] is the source with stride 0 in the indexed dims and
+                                 * in[1 .. p.index.n_idx] the index tensors (out's sizes); the
+                                 * source offset adds index k times p.index.idx_strides[k] (in
+                                 * elements) after wrapping a negative one by idx_sizes[k] */
+    TPU_INDEX_ADVANCED_PUT,     /* the inverse, x[i, j] = v (+= with p.index.accumulate): out is
+                                 * the destination with stride 0 in the indexed dims (it may
+                                 * overlap itself there; every element is written where its
+                                 * indices point), in[0] the values and in[1..] the indices,
+                                 * all of out's sizes. Runs on one share, in row-major order:
+                                 * the last duplicate wins, sums add in order */
+    TPU_INDEX_NONZERO,          /* out [count, rank] int64: the coordinates of in[0]'s nonzero
+                                 * elements in row-major order; count (out.sizes[0]) must be
+                                 * their number (the glue counts first); n_in 1 */
     TPU_INDEX_COUNT
 } tpu_index_fn;
 
@@ -469,9 +491,14 @@ typedef struct tpu_op {
         } norm;
         /* INDEX. */
         struct {
-            int32_t dim;            /* SELECT, GATHER: 0 <= dim < rank (0-d as 1-d of size 1) */
+            int32_t dim;            /* SELECT, GATHER, SCATTER*: 0 <= dim < rank (0-d as 1-d) */
             int64_t padding_idx;    /* EMBEDDING_BACKWARD; -1: none */
             bool scale_by_freq;     /* EMBEDDING_BACKWARD */
+            bool accumulate;        /* ADVANCED_PUT */
+            tpu_scalar value;       /* SCATTER_FILL */
+            int32_t n_idx;          /* ADVANCED*: index tensors, 1..TPU_OP_MAX_IN - 1 */
+            int64_t idx_sizes[TPU_OP_MAX_IN - 1];   /* ADVANCED*: the indexed dims' sizes */
+            int64_t idx_strides[TPU_OP_MAX_IN - 1]; /* ADVANCED*: and strides (elements) */
         } index;
         /* INDEX HISTC. */
         struct {

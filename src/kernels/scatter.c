@@ -1,0 +1,184 @@
+/* INDEX scatters and PyTorch's advanced indexing: scatter, scatter_add and
+ * scatter with a value along one dim; x[i, j] as a gather (ADVANCED) and
+ * x[i, j] = v as a put (ADVANCED_PUT); nonzero's coordinates.
+ *
+ * Every index is checked where it is read; one out of range stops the share
+ * with TPU_ERR_INDEX naming the value and the size (reported at the next
+ * sync), and nothing is read or written through it.
+ *
+ * Work split. Scatters: contiguous ranges of the index's lines (elements
+ * that differ only along dim), each line walked in order by one share, so
+ * duplicates within a line resolve the same way for any thread count; two
+ * lines never write the same element. ADVANCED: contiguous ranges of out's
+ * elements. ADVANCED_PUT and NONZERO: share 0 alone, in row-major order
+ * (a put's indices may collide anywhere). */
+#include <string.h>
+
+#include "convert.h"
+#include "kernels_internal.h"
+#include "strided.h"
+
+/* Whether a scatter's index v lies in [0, size); if not, sets the error. */
+static bool index_in_range(const tpu_op *op, int64_t v, int64_t size) {
+    if (v >= 0 && v < size)
+        return true;
+    tpu_set_error(TPU_ERR_INDEX, "%s: index %lld is out of bounds for dimension %d with size %lld",
+                  tpu_k_op_label(op), (long long)v, (int)op->p.index.dim, (long long)size);
+    return false;
+}
+
+static tpu_status scatter_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *src = &op->in[0], *idx = &op->in[1];
+    const int32_t dim = op->p.index.dim;
+    const bool fill = op->fn == TPU_INDEX_SCATTER_FILL, add = op->fn == TPU_INDEX_SCATTER_ADD;
+    const int64_t len = idx->sizes[dim], size = o->sizes[dim];
+    int64_t line_sizes[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < idx->ndim; d++)
+        line_sizes[d] = d == dim ? 1 : idx->sizes[d];
+    const int64_t lines = len > 0 ? tpu_k_numel(idx) / len : 0;
+    int64_t start, end;
+    tpu_k_split(lines, ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    /* The walk's three offsets: out (dim taken from the index), the
+     * source (absent for a fill: zero strides) and the index. */
+    int64_t src_strides[TPU_MAX_DIMS] = {0};
+    for (int32_t d = 0; !fill && d < src->ndim; d++)
+        src_strides[d] = src->strides[d];
+    const int64_t *strides[3] = {o->strides, src_strides, idx->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, idx->ndim, line_sizes, 3, strides, start);
+    const size_t es = tpu_dtype_size(o->dtype);
+    const bool float_out = tpu_dtype_is_float(o->dtype);
+    char value[8] = {0};
+    if (fill) { /* the value, converted to out's dtype once */
+        if (float_out)
+            tpu_k_store_f64(value, o->dtype, op->p.index.value.f);
+        else
+            tpu_k_store_i64(value, o->dtype, op->p.index.value.i);
+    }
+    for (int64_t l = start; l < end; l++, tpu_k_iter_next(&it)) {
+        for (int64_t j = 0; j < len; j++) {
+            int64_t k = tpu_k_load_index(tpu_k_ptr(idx, it.off[2] + j * idx->strides[dim]), idx->dtype);
+            if (!index_in_range(op, k, size))
+                return TPU_ERR_INDEX;
+            char *dst = tpu_k_ptr(o, it.off[0] + k * o->strides[dim]);
+            const char *from = fill ? value : tpu_k_ptr(src, it.off[1] + j * src->strides[dim]);
+            if (!add)
+                memcpy(dst, from, es);
+            else if (float_out)
+                tpu_k_store_f64(dst, o->dtype,
+                                tpu_k_load_f64(dst, o->dtype) + tpu_k_load_f64(from, o->dtype));
+            else
+                tpu_k_store_i64(dst, o->dtype,
+                                tpu_k_u64_to_i64((uint64_t)tpu_k_load_i64(dst, o->dtype) +
+                                                 (uint64_t)tpu_k_load_i64(from, o->dtype)));
+        }
+    }
+    return TPU_OK;
+}
+
+/* The offset (in elements) that the indices at iterator offsets off[1..]
+ * add to the indexed view; false (error set) for an index out of range. */
+static bool advanced_offset(const tpu_op *op, const int64_t *off, int64_t *add) {
+    *add = 0;
+    for (int k = 0; k < op->p.index.n_idx; k++) {
+        const tpu_tensor *t = &op->in[k + 1];
+        int64_t v = tpu_k_load_index(tpu_k_ptr(t, off[k]), t->dtype);
+        int64_t size = op->p.index.idx_sizes[k];
+        /* Advanced indexing counts a negative index from the end. */
+        if (v < -size || v >= size) {
+            tpu_set_error(TPU_ERR_INDEX, "%s: index %lld is out of bounds for size %lld (index "
+                          "tensor %d)", tpu_k_op_label(op), (long long)v, (long long)size, k);
+            return false;
+        }
+        *add += (v < 0 ? v + size : v) * op->p.index.idx_strides[k];
+    }
+    return true;
+}
+
+static tpu_status advanced_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *src = &op->in[0];
+    const bool put = op->fn == TPU_INDEX_ADVANCED_PUT;
+    int64_t start = 0, end = tpu_k_numel(o);
+    if (put) {
+        if (ith != 0)
+            return TPU_OK;
+    } else {
+        tpu_k_split(end, ith, nth, &start, &end);
+    }
+    if (start >= end)
+        return TPU_OK;
+    const int n = op->p.index.n_idx;
+    const int64_t *strides[TPU_K_MAX_OPERANDS + 2];
+    strides[0] = o->strides;
+    strides[1] = src->strides;
+    for (int k = 0; k < n; k++)
+        strides[2 + k] = op->in[k + 1].strides;
+    /* tpu_k_iter walks at most TPU_K_MAX_OPERANDS operands: out, src and
+     * two indices; more indices are walked by a second iterator. */
+    tpu_k_iter a, b;
+    int na = n + 2 <= TPU_K_MAX_OPERANDS ? n + 2 : TPU_K_MAX_OPERANDS;
+    tpu_k_iter_init(&a, o->ndim, o->sizes, na, strides, start);
+    tpu_k_iter_init(&b, o->ndim, o->sizes, n + 2 - na, strides + na, start);
+    const size_t es = tpu_dtype_size(o->dtype);
+    const bool float_out = tpu_dtype_is_float(o->dtype), acc = put && op->p.index.accumulate;
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&a), tpu_k_iter_next(&b)) {
+        int64_t off[TPU_OP_MAX_IN - 1];
+        for (int k = 0; k < n; k++)
+            off[k] = 2 + k < na ? a.off[2 + k] : b.off[2 + k - na];
+        int64_t add;
+        if (!advanced_offset(op, off, &add))
+            return TPU_ERR_INDEX;
+        if (!put) {
+            memcpy(tpu_k_ptr(o, a.off[0]), tpu_k_ptr(src, a.off[1] + add), es);
+            continue;
+        }
+        char *dst = tpu_k_ptr(o, a.off[0] + add);
+        const char *v = tpu_k_ptr(src, a.off[1]);
+        if (!acc)
+            memcpy(dst, v, es);
+        else if (float_out)
+            tpu_k_store_f64(dst, o->dtype, tpu_k_load_f64(dst, o->dtype) + tpu_k_load_f64(v, o->dtype));
+        else
+            tpu_k_store_i64(dst, o->dtype,
+                            tpu_k_u64_to_i64((uint64_t)tpu_k_load_i64(dst, o->dtype) +
+                                             (uint64_t)tpu_k_load_i64(v, o->dtype)));
+    }
+    return TPU_OK;
+}
+
+static tpu_status nonzero_ref(const tpu_op *op, int ith) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    if (ith != 0)
+        return TPU_OK;
+    const int64_t n = tpu_k_numel(in), count = o->sizes[0];
+    const int64_t *strides[1] = {in->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, in->ndim, in->sizes, 1, strides, 0);
+    int64_t row = 0;
+    for (int64_t i = 0; i < n; i++, tpu_k_iter_next(&it)) {
+        if (!tpu_k_load_bool(tpu_k_ptr(in, it.off[0]), in->dtype))
+            continue;
+        if (row == count)
+            return tpu_set_error(TPU_ERR_INTERNAL, "%s: more nonzero elements than the %lld counted",
+                                 tpu_k_op_label(op), (long long)count);
+        for (int32_t d = 0; d < in->ndim; d++)
+            tpu_k_store_i64(tpu_k_ptr(o, row * o->strides[0] + d * o->strides[1]), TPU_DTYPE_I64,
+                            it.idx[d]);
+        row++;
+    }
+    if (row != count)
+        return tpu_set_error(TPU_ERR_INTERNAL, "%s: %lld nonzero elements, %lld counted",
+                             tpu_k_op_label(op), (long long)row, (long long)count);
+    return TPU_OK;
+}
+
+tpu_status tpu_k_scatter_ref(const tpu_op *op, int ith, int nth) {
+    switch (op->fn) {
+    case TPU_INDEX_ADVANCED:
+    case TPU_INDEX_ADVANCED_PUT: return advanced_ref(op, ith, nth);
+    case TPU_INDEX_NONZERO: return nonzero_ref(op, ith);
+    default: return scatter_ref(op, ith, nth);
+    }
+}
