@@ -718,6 +718,52 @@ static tpu_status check_sort(const tpu_op *op) {
     return TPU_OK;
 }
 
+/* WINDOW: the image is in[0] (IM2COL, MAX_POOL) or out (COL2IM); the
+ * columns are [N, OH, OW, C, kh, kw]. */
+static tpu_status check_window(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const int64_t w[8] = {op->p.window.kh, op->p.window.kw, op->p.window.sh, op->p.window.sw,
+                          op->p.window.ph, op->p.window.pw, op->p.window.dh, op->p.window.dw};
+    for (int k = 0; k < 8; k++)
+        if (k / 2 == 2 ? w[k] < 0 : w[k] < 1)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: kernel %lldx%lld, stride %lldx%lld, padding "
+                                 "%lldx%lld, dilation %lldx%lld (padding >= 0, the others >= 1)", name,
+                                 (long long)w[0], (long long)w[1], (long long)w[2], (long long)w[3],
+                                 (long long)w[4], (long long)w[5], (long long)w[6], (long long)w[7]);
+    const bool col2im = op->fn == TPU_WINDOW_COL2IM, pool = op->fn == TPU_WINDOW_MAX_POOL;
+    const tpu_tensor *img = col2im ? &op->out : &op->in[0], *win = col2im ? &op->in[0] : &op->out;
+    char sa[160], sb[160];
+    if (img->ndim != 4 || win->ndim != (pool ? 4 : 6))
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: image %s and windows %s (4-d image; %s)", name,
+                             fmt_sizes(sa, sizeof sa, img), fmt_sizes(sb, sizeof sb, win),
+                             pool ? "4-d pooled" : "6-d columns [N, OH, OW, C, kh, kw]");
+    const int64_t oh = win->sizes[pool ? 2 : 1], ow = win->sizes[pool ? 3 : 2];
+    bool ok = win->sizes[0] == img->sizes[0] && win->sizes[pool ? 1 : 3] == img->sizes[1] &&
+              (pool || (win->sizes[4] == w[0] && win->sizes[5] == w[1]));
+    /* Every window must start inside the padded image (a pooling window
+     * inside the image itself, as PyTorch's output sizes ensure). */
+    const int64_t lim_h = img->sizes[2] + (pool ? 0 : w[4]), lim_w = img->sizes[3] + (pool ? 0 : w[5]);
+    ok = ok && (oh == 0 || (oh - 1) * w[2] - w[4] < lim_h) &&
+         (ow == 0 || (ow - 1) * w[3] - w[5] < lim_w);
+    if (!ok)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: windows %s do not fit image %s", name,
+                             fmt_sizes(sb, sizeof sb, win), fmt_sizes(sa, sizeof sa, img));
+    if (win->dtype != img->dtype || (col2im && !tpu_dtype_is_float(img->dtype)))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtypes %s and %s (they must match%s)",
+                             name, tpu_dtype_name(img->dtype), tpu_dtype_name(win->dtype),
+                             col2im ? " and be floating" : "");
+    if (pool) {
+        tpu_status st = check_shape(op, "indices", &op->aux[0], 4, win->sizes[0], win->sizes[1],
+                                    TPU_DTYPE_I64);
+        if (st == TPU_OK && (op->aux[0].sizes[2] != oh || op->aux[0].sizes[3] != ow))
+            st = tpu_set_error(TPU_ERR_SHAPE, "%s: indices do not have the pooled sizes", name);
+        if (st == TPU_OK && img->dtype == TPU_DTYPE_BOOL)
+            st = tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype bool is not supported", name);
+        return st;
+    }
+    return TPU_OK;
+}
+
 /* Whether slot i of in[] (aux: of aux[]) may hold an absent tensor. */
 static bool may_be_absent(const tpu_op *op, bool aux, int i) {
     switch (op->code) {
@@ -737,6 +783,7 @@ static int aux_count(const tpu_op *op) {
     case TPU_OP_NORM: return 2;
     case TPU_OP_LOSS: return op->fn == TPU_LOSS_NLL_FORWARD ? 1 : 0;
     case TPU_OP_SORT: return 1;
+    case TPU_OP_WINDOW: return op->fn == TPU_WINDOW_MAX_POOL ? 1 : 0;
     default: return 0;
     }
 }
@@ -751,7 +798,7 @@ static const struct {
     [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
     [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 5},    [TPU_OP_LOSS] = {3, 4},
-    [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 1},
+    [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 1},     [TPU_OP_WINDOW] = {1, 1},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -842,6 +889,7 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_LOSS: st = check_loss(op); break;
     case TPU_OP_SCAN: st = check_scan(op); break;
     case TPU_OP_SORT: st = check_sort(op); break;
+    case TPU_OP_WINDOW: st = check_window(op); break;
     case TPU_OP_COUNT:
         return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
     }

@@ -155,6 +155,9 @@ tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
 /* SCAN (scan.c). */
 tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth);
 
+/* WINDOW (window.c). */
+tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth);
+
 /* SORT (sort.c): a stable merge sort of each line in scratch. */
 tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth);
 int64_t tpu_k_sort_scratch_bytes(const tpu_op *op);

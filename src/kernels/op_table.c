@@ -19,7 +19,7 @@ static const char *const k_op_names[] = {
     [TPU_OP_TERNARY] = "ternary", [TPU_OP_SOFTMAX] = "softmax",
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
     [TPU_OP_NORM] = "norm",     [TPU_OP_INDEX] = "index",       [TPU_OP_LOSS] = "loss",
-    [TPU_OP_SCAN] = "scan",     [TPU_OP_SORT] = "sort",
+    [TPU_OP_SCAN] = "scan",     [TPU_OP_SORT] = "sort",         [TPU_OP_WINDOW] = "window",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a name");
@@ -200,6 +200,12 @@ static const char *const k_sort_names[] = {[TPU_SORT_SORT] = "sort", [TPU_SORT_T
 _Static_assert(sizeof k_sort_names / sizeof k_sort_names[0] == TPU_SORT_COUNT,
                "every tpu_sort_fn needs a name");
 
+static const char *const k_window_names[] = {[TPU_WINDOW_IM2COL] = "im2col",
+                                             [TPU_WINDOW_COL2IM] = "col2im",
+                                             [TPU_WINDOW_MAX_POOL] = "max_pool2d"};
+_Static_assert(sizeof k_window_names / sizeof k_window_names[0] == TPU_WINDOW_COUNT,
+               "every tpu_window_fn needs a name");
+
 /* Each family's function names (or rows) and count; neither: the family
  * has one function, 0, named after the family. */
 static const struct {
@@ -223,6 +229,7 @@ static const struct {
     [TPU_OP_LOSS] = {k_loss_names, NULL, TPU_LOSS_COUNT},
     [TPU_OP_SCAN] = {k_scan_names, NULL, TPU_SCAN_COUNT},
     [TPU_OP_SORT] = {k_sort_names, NULL, TPU_SORT_COUNT},
+    [TPU_OP_WINDOW] = {k_window_names, NULL, TPU_WINDOW_COUNT},
 };
 _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
                "every tpu_op_code needs its function table");
@@ -255,6 +262,7 @@ static const struct {
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
     [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
     [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_ref, NULL, tpu_k_sort_scratch_bytes, NULL},
+    [TPU_OP_WINDOW] = {tpu_k_window_ref, tpu_k_window_ref},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");
@@ -279,6 +287,7 @@ static const work_kind k_work[] = {
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
     [TPU_OP_NORM] = WORK_NORM, [TPU_OP_INDEX] = WORK_ELEMENTS, [TPU_OP_LOSS] = WORK_ONE,
     [TPU_OP_SCAN] = WORK_ROWS,     [TPU_OP_SORT] = WORK_ROWS,
+    [TPU_OP_WINDOW] = WORK_ELEMENTS,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a thread policy");

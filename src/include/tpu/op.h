@@ -84,6 +84,7 @@ typedef enum {
     TPU_OP_LOSS,     /* losses against targets and their backward; tpu_loss_fn, p.loss */
     TPU_OP_SCAN,     /* running sums and products along one dim; tpu_scan_fn, p.scan */
     TPU_OP_SORT,     /* sorting along one dim, with indices; tpu_sort_fn, p.sort */
+    TPU_OP_WINDOW,   /* sliding 2-d windows: im2col, col2im, max pooling; tpu_window_fn, p.window */
     TPU_OP_COUNT
 } tpu_op_code;
 
@@ -385,6 +386,22 @@ typedef enum {
     TPU_SORT_COUNT
 } tpu_sort_fn;
 
+/* WINDOW functions over the last two dims (H, W) of an image x [N, C, H,
+ * W]: window (oh, ow) covers rows oh * sh - ph + i * dh and columns
+ * ow * sw - pw + j * dw for i < kh, j < kw (p.window); positions outside
+ * the image are padding. OH and OW are the window counts (out's sizes). */
+typedef enum {
+    TPU_WINDOW_IM2COL = 0, /* out [N, OH, OW, C, kh, kw] = x at each window position, 0 in the
+                            * padding; in[0] = x; same dtype */
+    TPU_WINDOW_COL2IM,     /* the adjoint: out = x-shaped [N, C, H, W], each element the sum
+                            * (f64, in (i, j) order) of the in[0] [N, OH, OW, C, kh, kw]
+                            * entries that read it; float */
+    TPU_WINDOW_MAX_POOL,   /* out [N, C, OH, OW] = the largest x in the window (padding never
+                            * counts; NaN wins), aux[0] int64 its position h * W + w (the
+                            * first largest); every window must hold an image element */
+    TPU_WINDOW_COUNT
+} tpu_window_fn;
+
 typedef enum {
     TPU_ROUND_NONE = 0, /* true division */
     TPU_ROUND_TRUNC,    /* toward zero */
@@ -509,6 +526,11 @@ typedef struct tpu_op {
             int32_t dim;
             bool descending;
         } sort;
+        /* WINDOW: kernel, stride, padding and dilation, rows then columns
+         * (kernel, stride, dilation >= 1; padding >= 0). */
+        struct {
+            int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+        } window;
         /* SCAN: 0 <= dim < rank (0-d as 1-d of size 1). */
         struct {
             int32_t dim;
