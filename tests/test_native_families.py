@@ -429,3 +429,71 @@ def test_random_bad_range():
         x.random_(5, 5)
     with pytest.raises(RuntimeError, match="range"):
         torch.empty(3, dtype=torch.uint8, device="tpu").random_(0, 300)
+
+
+# ---------------------------------------------------------------- convolution, pooling, batch norm
+
+def grads_match(fn, *tensors, seed=5):
+    """fn(*tensors) and every input's gradient, CPU (float64) against tpu
+    (the tensors' own dtype), with a fixed non-uniform output gradient."""
+    results = []
+    for dev in ("cpu", "tpu"):
+        leaves = [t.to(dev, copy=True).requires_grad_() if t is not None else None for t in tensors]
+        y = fn(*leaves)
+        g = torch.arange(y.numel(), dtype=y.dtype, device=dev).reshape(y.shape).sin()
+        y.backward(g)
+        results.append([y.detach()] + [t.grad for t in leaves if t is not None])
+    for ref, got in zip(*results):
+        check(ref, got, tol_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("case", [
+    ((2, 3, 9, 8), (4, 3, 3, 3), dict(stride=1, padding=1)),
+    ((2, 4, 9, 8), (6, 2, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2), groups=2)),
+    ((1, 4, 6, 6), (4, 1, 3, 3), dict(groups=4, padding=1)),  # depthwise
+    ((2, 3, 17), (5, 3, 4), dict(stride=2, padding=3)),  # conv1d
+    ((2, 3, 5, 5), (2, 3, 5, 5), dict()),  # one output pixel
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_convolution(case, bias):
+    xs, ws, kw = case
+    conv = F.conv1d if len(xs) == 3 else F.conv2d
+    x, w = randn(*xs), randn(*ws, seed=1)
+    b = randn(ws[0], seed=2) if bias else None
+    grads_match(lambda x, w, b=None: conv(x, w, b, **kw), x, w, b)
+
+
+def test_convolution_channels_last_and_bf16():
+    x, w = randn(2, 3, 8, 8), randn(5, 3, 3, 3, seed=1)
+    xc = x.to(memory_format=torch.channels_last)
+    check(F.conv2d(xc, w, padding=1), F.conv2d(xc.to("tpu"), w.to("tpu"), padding=1))
+    xb, wb = x.bfloat16(), w.bfloat16()
+    check(F.conv2d(xb.float(), wb.float(), padding=1).bfloat16(), F.conv2d(xb.to("tpu"), wb.to("tpu"), padding=1))
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=(2, 3), stride=(1, 2),
+                                ceil_mode=True), dict(kernel_size=2, dilation=2), dict(kernel_size=2)])
+def test_max_pool2d(kw):
+    x = randn(2, 3, 9, 8)
+    x.view(-1)[::7] = 0.5  # ties
+    grads_match(lambda v: F.max_pool2d(v, **kw), x)
+    a, ia = F.max_pool2d(x, return_indices=True, **kw)
+    b, ib = F.max_pool2d(x.to("tpu"), return_indices=True, **kw)
+    check(a, b)
+    check(ia, ib)
+    check(F.max_pool2d(x[0], **kw), F.max_pool2d(x[0].to("tpu"), **kw))  # no batch dim
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (8, 3), (2, 3, 7)])
+def test_batch_norm(training, shape):
+    x, w, b = randn(*shape), randn(3, seed=1), randn(3, seed=2)
+    results = []
+    for dev in ("cpu", "tpu"):
+        rm, rv = torch.full((3,), 0.1, device=dev), torch.full((3,), 1.5, device=dev)
+        leaves = [t.to(dev, copy=True).requires_grad_() for t in (x, w, b)]
+        y = F.batch_norm(leaves[0], rm, rv, leaves[1], leaves[2], training=training, momentum=0.3)
+        y.backward(torch.arange(y.numel(), dtype=y.dtype, device=dev).reshape(y.shape).sin())
+        results.append([y.detach(), rm, rv] + [t.grad for t in leaves])
+    for c, t in zip(*results):
+        check(c, t)

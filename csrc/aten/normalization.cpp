@@ -4,17 +4,13 @@
 // rstd in the input's dtype, or float32 when a float16/bfloat16 input
 // comes with float32 parameters (mixed precision).
 //
-// Batch norm. `native_batch_norm` updates its running statistics in place,
-// but its schema does not mark them as written, so the generic CPU
-// fallback (which copies back only arguments marked as written) would lose
-// the update. It runs instead as `_native_batch_norm_legit`, whose schema
-// says so, through the same counted fallback.
-#include <ATen/native/CPUFallback.h>
+// Batch norm (native_batch_norm, _native_batch_norm_legit and its backward)
+// is composed of native reductions and element-wise ops, in the dtype of
+// the running statistics (or the weight, or the input), updating the
+// running statistics in place as PyTorch does.
 #include <ATen/native/layer_norm.h>
-#include <ATen/ops/_native_batch_norm_legit_ops.h>
 #include <torch/library.h>
 
-#include "core/fallback.h"
 #include "core/glue.h"
 
 namespace torch_tpu {
@@ -154,27 +150,147 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
   return {mask[0] ? dx : at::Tensor(), dw, db};
 }
 
+// ---- batch norm, composed of native reductions and element-wise ops in
+// the statistics' dtype (float32 for a half input with float32
+// parameters, as on CPU).
+
+// [1, C, 1, ...]: a per-channel tensor broadcast against the input.
+at::Tensor per_channel(const at::Tensor& t, const at::Tensor& input) {
+  std::vector<int64_t> shape(input.dim(), 1);
+  shape[1] = t.numel();
+  return t.view(shape);
+}
+
+std::vector<int64_t> reduce_dims(const at::Tensor& input) {
+  std::vector<int64_t> dims{0};
+  for (int64_t d = 2; d < input.dim(); d++) dims.push_back(d);
+  return dims;
+}
+
+at::ScalarType stats_dtype(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& running_mean) {
+  if (running_mean.defined()) return running_mean.scalar_type();
+  if (weight.defined()) return weight.scalar_type();
+  return input.scalar_type();
+}
+
+void check_batch_norm(const at::Tensor& input, const char* name) {
+  TORCH_CHECK(input.dim() >= 2, name, ": expected an input of at least 2 dims, got ", input.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()), "\"batch_norm\" not implemented for '",
+                              input.scalar_type(), "'");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(const at::Tensor& input, const at::Tensor& weight,
+                                                               const at::Tensor& bias, const at::Tensor& running_mean,
+                                                               const at::Tensor& running_var, bool training,
+                                                               double momentum, double eps) {
+  check_batch_norm(input, "native_batch_norm");
+  const at::ScalarType st = stats_dtype(input, weight, running_mean);
+  const at::Tensor x = input.to(st);
+  const int64_t channels = input.size(1);
+  for (const at::Tensor* t : {&weight, &bias, &running_mean, &running_var})
+    TORCH_CHECK(!t->defined() || t->numel() == channels, "native_batch_norm: expected ", channels,
+                " per-channel values, got a tensor of ", t->numel());
+  at::Tensor mean, invstd, save_mean, save_invstd;
+  if (training) {
+    const std::vector<int64_t> dims = reduce_dims(input);
+    const int64_t count = input.numel() / std::max<int64_t>(channels, 1);
+    TORCH_CHECK(count > 1 || !running_mean.defined(), "Expected more than 1 value per channel when training, got "
+                "input size ", input.sizes());
+    mean = x.mean(dims);
+    const at::Tensor centered = x - per_channel(mean, input);
+    const at::Tensor var = (centered * centered).mean(dims);
+    invstd = (var + eps).rsqrt();
+    save_mean = mean;
+    save_invstd = invstd;
+    if (running_mean.defined()) {
+      at::NoGradGuard no_grad;
+      running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
+      const double unbias = count > 1 ? static_cast<double>(count) / static_cast<double>(count - 1) : 1.0;
+      running_var.mul_(1 - momentum).add_(var.to(running_var.scalar_type()), momentum * unbias);
+    }
+  } else {
+    TORCH_CHECK(running_mean.defined() && running_var.defined(), "running_mean and running_var must be defined "
+                "in evaluation mode");
+    mean = running_mean.to(st);
+    invstd = (running_var.to(st) + eps).rsqrt();
+    save_mean = at::empty({0}, input.options().dtype(st));
+    save_invstd = at::empty({0}, input.options().dtype(st));
+  }
+  at::Tensor scale = weight.defined() ? invstd * weight.to(st) : invstd;
+  at::Tensor y = (x - per_channel(mean, input)) * per_channel(scale, input);
+  if (bias.defined()) y = y + per_channel(bias.to(st), input);
+  return {y.to(input.scalar_type()), save_mean, save_invstd};
+}
+
+at::Tensor value_or_undefined(const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); }
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm(
     const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
     const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var, bool training,
     double momentum, double eps) {
-  const bool has_mean = running_mean.has_value() && running_mean->defined();
-  const bool has_var = running_var.has_value() && running_var->defined();
-  TORCH_CHECK(has_mean == has_var, "native_batch_norm: running_mean and running_var must be given together");
-  if (!has_mean)
-    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::_native_batch_norm_legit_no_stats>::call(
-        input, weight, bias, training, momentum, eps);
-  // The legit op takes the statistics as mutable references; the caller's
-  // tensors are the ones updated.
-  at::Tensor mean = *running_mean, var = *running_var;
-  return at::native::call_fallback_fn<&cpu_fallback, at::_ops::_native_batch_norm_legit>::call(
-      input, weight, bias, mean, var, training, momentum, eps);
+  const at::Tensor rm = value_or_undefined(running_mean), rv = value_or_undefined(running_var);
+  TORCH_CHECK(rm.defined() == rv.defined(), "native_batch_norm: running_mean and running_var must be given together");
+  return batch_norm_impl(input, value_or_undefined(weight), value_or_undefined(bias), rm, rv, training, momentum,
+                         eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_legit(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    at::Tensor& running_mean, at::Tensor& running_var, bool training, double momentum, double eps) {
+  return batch_norm_impl(input, value_or_undefined(weight), value_or_undefined(bias), running_mean, running_var,
+                         training, momentum, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_legit_no_stats(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+    bool training, double momentum, double eps) {
+  return batch_norm_impl(input, value_or_undefined(weight), value_or_undefined(bias), at::Tensor(), at::Tensor(),
+                         training, momentum, eps);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight_opt,
+    const std::optional<at::Tensor>& running_mean_opt, const std::optional<at::Tensor>& running_var_opt,
+    const std::optional<at::Tensor>& save_mean_opt, const std::optional<at::Tensor>& save_invstd_opt, bool train,
+    double eps, std::array<bool, 3> mask) {
+  check_batch_norm(input, "native_batch_norm_backward");
+  const at::Tensor weight = value_or_undefined(weight_opt), rm = value_or_undefined(running_mean_opt);
+  const at::Tensor rv = value_or_undefined(running_var_opt);
+  const at::ScalarType st = stats_dtype(input, weight, rm);
+  const at::Tensor x = input.to(st), g = grad_out.to(st);
+  at::Tensor mean, invstd;
+  if (train) {
+    mean = value_or_undefined(save_mean_opt).to(st);
+    invstd = value_or_undefined(save_invstd_opt).to(st);
+  } else {
+    mean = rm.to(st);
+    invstd = (rv.to(st) + eps).rsqrt();
+  }
+  const std::vector<int64_t> dims = reduce_dims(input);
+  const at::Tensor xhat = (x - per_channel(mean, input)) * per_channel(invstd, input);
+  const at::Tensor db = g.sum(dims), dw = (g * xhat).sum(dims);
+  at::Tensor dx;
+  if (mask[0]) {
+    const at::Tensor scale = weight.defined() ? invstd * weight.to(st) : invstd;
+    if (train) {
+      const double count = static_cast<double>(input.numel() / std::max<int64_t>(input.size(1), 1));
+      dx = (g - per_channel(db / count, input) - xhat * per_channel(dw / count, input)) * per_channel(scale, input);
+    } else {
+      dx = g * per_channel(scale, input);
+    }
+    dx = dx.to(input.scalar_type());
+  }
+  const at::ScalarType pt = weight.defined() ? weight.scalar_type() : st;
+  return {dx, mask[1] ? dw.to(pt) : at::Tensor(), mask[2] ? db.to(pt) : at::Tensor()};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_batch_norm", native_batch_norm);
+  m.impl("_native_batch_norm_legit", batch_norm_legit);
+  m.impl("_native_batch_norm_legit.no_stats", batch_norm_legit_no_stats);
+  m.impl("native_batch_norm_backward", native_batch_norm_backward);
   m.impl("native_layer_norm", native_layer_norm);
   m.impl("native_layer_norm_backward", native_layer_norm_backward);
 }
