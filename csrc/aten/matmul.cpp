@@ -6,6 +6,7 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_ops.h>
+#include <ATen/ops/addmv_meta.h>
 #include <ATen/ops/bmm_meta.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/mm_ops.h>
@@ -176,9 +177,56 @@ at::Tensor& bmm_out(const at::Tensor& a, const at::Tensor& b, at::Tensor& out) {
   return out;
 }
 
+// addmv (and mv, matrix @ vector, through it): an [n, 1] matrix product,
+// with the bias only when beta != 0 (PyTorch ignores self then, NaN too).
+void addmv_kernel(Structured<at::meta::structured_addmv>& op, const at::Tensor& self, const at::Tensor& mat,
+                  const at::Tensor& vec, const c10::Scalar& beta, const c10::Scalar& alpha) {
+  const char* name = "aten::addmv";
+  const at::Tensor& out = op.output_;
+  if (out.numel() == 0) return;
+  TORCH_CHECK_NOT_IMPLEMENTED(native_dtype(mat.scalar_type()), name, ": dtype ", mat.scalar_type(),
+                              " is not supported on tpu");
+  const bool use_bias = beta.toComplexDouble() != 0.0;
+  if (mat.size(1) == 0) {  // an empty inner dim: only the bias remains
+    if (use_bias)
+      copy_tensor(out, self.expand(out.sizes()) * beta, false);
+    else
+      out.zero_();
+    return;
+  }
+  const at::Tensor out2 = out.unsqueeze(1), vec2 = vec.unsqueeze(1);
+  const at::Tensor bias = use_bias ? self.expand(out.sizes()).unsqueeze(1) : at::Tensor();
+  run_checked(name, out2, mat, vec2, bias, beta, use_bias ? alpha : c10::Scalar(1));
+  if (!use_bias && alpha.toComplexDouble() != 1.0) out.mul_(alpha);
+}
+
+// dot (and vdot, for real tensors): a [1, n] @ [n, 1] product.
+at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "1D tensors expected, but got ", a.dim(), "D and ", b.dim(),
+              "D tensors");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "dot : expected both vectors to have same dtype, but found ",
+              a.scalar_type(), " and ", b.scalar_type());
+  TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(),
+              "] and src [", b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ",
+              b.numel(), " elements respectively");
+  TORCH_CHECK_NOT_IMPLEMENTED(native_dtype(a.scalar_type()), "dot: dtype ", a.scalar_type(),
+                              " is not supported on tpu");
+  at::Tensor out = at::empty({}, a.options());
+  if (a.numel() == 0) return out.zero_();
+  run_checked("aten::dot", out.view({1, 1}), a.view({1, -1}), b.view({-1, 1}), at::Tensor(), 0, 1);
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using T = const at::Tensor&;
+  using S = const c10::Scalar&;
+  m.impl("addmv", structured_functional<at::meta::structured_addmv, &addmv_kernel, "aten::addmv", T, T, T, S, S>);
+  m.impl("addmv.out", structured_out<at::meta::structured_addmv, &addmv_kernel, "aten::addmv", T, T, T, S, S>);
+  m.impl("addmv_", structured_inplace<at::meta::structured_addmv, &addmv_kernel, "aten::addmv_", T, T, S, S>);
+  m.impl("dot", dot);
+  m.impl("vdot", dot);
   m.impl("bmm", bmm);
   m.impl("bmm.out", bmm_out);
   m.impl("mm", mm);

@@ -17,6 +17,7 @@
 #include <ATen/ops/cumprod_meta.h>
 #include <ATen/ops/cumsum_meta.h>
 #include <ATen/ops/isin_meta.h>
+#include <ATen/ops/linalg_vector_norm_meta.h>
 #include <ATen/ops/max_meta.h>
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/min_meta.h>
@@ -47,6 +48,7 @@ const ReduceKind kArgmax{TPU_REDUCE_ARGMAX, "aten::argmax"};
 const ReduceKind kArgmin{TPU_REDUCE_ARGMIN, "aten::argmin"};
 const ReduceKind kAny{TPU_REDUCE_ANY, "aten::any"};
 const ReduceKind kAll{TPU_REDUCE_ALL, "aten::all"};
+const ReduceKind kNorm{TPU_REDUCE_NORM, "aten::linalg_vector_norm"};
 
 at::ScalarType reduce_dtype(const ReduceKind& k, const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   if (dtype.has_value()) return *dtype;
@@ -76,7 +78,8 @@ std::vector<int64_t> reduced_shape(const at::Tensor& self, uint32_t mask, bool k
 }
 
 // `out` has the final shape; submit the op on its keepdim-shaped view.
-void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdim, const at::Tensor& out) {
+void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdim, const at::Tensor& out,
+         double ord = 0.0) {
   TORCH_CHECK(self.dim() <= TPU_MAX_DIMS, k.name, ": tensors of more than ", TPU_MAX_DIMS,
               " dims are not supported on tpu (got ", self.dim(), ")");
   at::Tensor out_kd = out;
@@ -91,6 +94,7 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
   op.out = describe(out_kd, k.name);
   op.in[0] = describe(self, k.name);
   op.p.reduce.mask = mask;
+  op.p.reduce.ord = ord;
   // A split reduction keeps its partial sums in device scratch, taken for
   // the current stream: freeing it right after submitting is safe, as only
   // later work on this stream can reuse the block.
@@ -337,6 +341,20 @@ void isin_scalar_kernel(Structured<at::meta::structured_isin_Tensor_Scalar>& op,
   copy_tensor(op.output_, invert ? elements.ne(test) : elements.eq(test), false);
 }
 
+// linalg_vector_norm (norm, clip_grad_norm_, normalize): one REDUCE NORM
+// record; the input converted to the result's dtype first when dtype= asks
+// for one, as PyTorch does.
+void vector_norm_kernel(Structured<at::meta::structured_linalg_vector_norm>& op, const at::Tensor& self,
+                        const c10::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                        std::optional<at::ScalarType> dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex(), "linalg.vector_norm: complex tensors are not supported on tpu");
+  const at::Tensor& out = op.output_;
+  const at::Tensor src = dtype.has_value() ? self.to(*dtype) : self;
+  check_in_storage(src, kNorm.name);
+  const uint32_t mask = reduce_mask(src, dim);
+  into_output(src, out, [&](const at::Tensor& dst) { run(kNorm, src, mask, keepdim, dst, ord.toDouble()); });
+}
+
 using at::meta::structured_cumprod;
 using at::meta::structured_cumsum;
 using at::meta::structured_isin_Tensor_Scalar;
@@ -452,6 +470,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                                                      "aten::isin", T, const c10::Scalar&, bool, bool>);
   m.impl("isin.Tensor_Scalar_out", structured_out<structured_isin_Tensor_Scalar, &isin_scalar_kernel, "aten::isin",
                                                   T, const c10::Scalar&, bool, bool>);
+  m.impl("linalg_vector_norm", structured_functional<at::meta::structured_linalg_vector_norm, &vector_norm_kernel,
+                                                     "aten::linalg_vector_norm", T, const c10::Scalar&, Dims, bool,
+                                                     OptDtype>);
+  m.impl("linalg_vector_norm.out", structured_out<at::meta::structured_linalg_vector_norm, &vector_norm_kernel,
+                                                  "aten::linalg_vector_norm", T, const c10::Scalar&, Dims, bool,
+                                                  OptDtype>);
   m.impl("max", full_minmax<kAmax>);
   m.impl("min", full_minmax<kAmin>);
 }

@@ -283,6 +283,13 @@ static tpu_status check_reduce(const tpu_op *op) {
             count *= a->sizes[d];
     switch ((tpu_reduce_fn)op->fn) {
     case TPU_REDUCE_MEAN: return check_float_out(op, "mean needs a floating out");
+    case TPU_REDUCE_NORM:
+        if (isinf(op->p.reduce.ord) && count == 0 && tpu_k_numel(o) > 0)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: an infinity norm over zero elements",
+                                 name);
+        if (isnan(op->p.reduce.ord))
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: order is NaN", name);
+        return check_float_out(op, "a norm is floating");
     case TPU_REDUCE_AMAX:
     case TPU_REDUCE_AMIN:
     case TPU_REDUCE_ARGMAX:

@@ -124,6 +124,31 @@ static void reduce_other(const tpu_op *op, tpu_k_iter *inner, int64_t base, int6
         tpu_k_store_i64(dst, o->dtype, acc);
         return;
     }
+    case TPU_REDUCE_NORM: {
+        const double ord = op->p.reduce.ord;
+        double acc = 0.0;
+        for (int64_t r = 0; r < count; r++, tpu_k_iter_next(inner)) {
+            double a = fabs(tpu_k_load_f64(tpu_k_ptr(in, base + inner->off[0]), in->dtype));
+            if (isinf(ord)) { /* max or min |x|; the first NaN sticks */
+                if (r == 0 || (!isnan(acc) && (isnan(a) || (ord > 0 ? a > acc : a < acc))))
+                    acc = a;
+            } else if (ord == 0.0)
+                acc += a != 0.0;
+            else if (ord == 1.0)
+                acc += a;
+            else if (ord == 2.0)
+                acc += a * a;
+            else
+                acc += pow(a, ord);
+        }
+        double v = acc;
+        if (ord == 2.0)
+            v = sqrt(acc);
+        else if (!isinf(ord) && ord != 0.0 && ord != 1.0)
+            v = pow(acc, 1.0 / ord);
+        tpu_k_store_f64(dst, o->dtype, v);
+        return;
+    }
     case TPU_REDUCE_SUM:
     case TPU_REDUCE_MEAN:
     case TPU_REDUCE_COUNT: break;

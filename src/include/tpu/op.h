@@ -239,6 +239,10 @@ typedef enum {
     TPU_REDUCE_ARGMIN,  /* likewise, the first smallest */
     TPU_REDUCE_ANY,     /* 1 if any element is nonzero (NaN is nonzero), else 0; out bool or uint8 */
     TPU_REDUCE_ALL,     /* 1 if every element is nonzero (1 over zero elements); likewise */
+    TPU_REDUCE_NORM,    /* vector norm of order p.reduce.ord in f64: (sum |x|^ord)^(1/ord); ord 2
+                         * as sqrt(sum x*x), 1 as sum |x|, inf as max |x|, -inf as min |x|, 0 as the
+                         * count of nonzeros; float out; 0 over zero elements (inf/-inf: need
+                         * elements) */
     TPU_REDUCE_COUNT
 } tpu_reduce_fn;
 
@@ -472,6 +476,7 @@ typedef struct tpu_op {
          * for SUM and NaN for MEAN (see tpu_reduce_fn). */
         struct {
             uint32_t mask;
+            double ord; /* NORM */
         } reduce;
         /* SOFTMAX: the dim, 0 <= dim < in[0].ndim (a 0-d tensor is
          * described as 1-d of size 1). */
