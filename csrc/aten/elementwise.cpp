@@ -27,7 +27,9 @@
 #include <ATen/ops/nan_to_num_native.h>
 #include <ATen/ops/clamp_min.h>
 #include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/clamp_max_meta.h>
 #include <ATen/ops/clamp_max_native.h>
+#include <ATen/ops/clamp_min_meta.h>
 #include <ATen/ops/clamp_native.h>
 #include <ATen/ops/exp_meta.h>
 #include <ATen/ops/floor_divide_native.h>
@@ -607,6 +609,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                           std::optional<c10::string_view>);
   m.impl("maximum", structured_functional<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, "aten::maximum", T, T>);
   m.impl("maximum.out", structured_out<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, "aten::maximum", T, T>);
+  // clamp_min / clamp_max with a tensor bound: NaN in either gives NaN,
+  // exactly maximum's and minimum's rule.
+  TPU_BINARY_OVERLOAD_OUT(m, clamp_min, "Tensor", "Tensor_out", structured_clamp_min_Tensor,
+                          &binary_kernel<TPU_BINARY_MAXIMUM>, T, T);
+  TPU_BINARY_OVERLOAD_OUT(m, clamp_max, "Tensor", "Tensor_out", structured_clamp_max_Tensor,
+                          &binary_kernel<TPU_BINARY_MINIMUM>, T, T);
   m.impl("minimum", structured_functional<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, "aten::minimum", T, T>);
   m.impl("minimum.out", structured_out<at::meta::structured_minimum, &binary_kernel<TPU_BINARY_MINIMUM>, "aten::minimum", T, T>);
   m.impl("fmax", structured_functional<at::meta::structured_fmax, &binary_kernel<TPU_BINARY_FMAX>, "aten::fmax", T, T>);

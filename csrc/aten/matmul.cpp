@@ -7,6 +7,8 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/addmv_ops.h>
+#include <ATen/ops/dot_ops.h>
 #include <ATen/ops/bmm_meta.h>
 #include <ATen/ops/bmm_ops.h>
 #include <ATen/ops/mm_ops.h>
@@ -184,8 +186,6 @@ void addmv_kernel(Structured<at::meta::structured_addmv>& op, const at::Tensor& 
   const char* name = "aten::addmv";
   const at::Tensor& out = op.output_;
   if (out.numel() == 0) return;
-  TORCH_CHECK_NOT_IMPLEMENTED(native_dtype(mat.scalar_type()), name, ": dtype ", mat.scalar_type(),
-                              " is not supported on tpu");
   const bool use_bias = beta.toComplexDouble() != 0.0;
   if (mat.size(1) == 0) {  // an empty inner dim: only the bias remains
     if (use_bias)
@@ -209,22 +209,37 @@ at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(a.numel() == b.numel(), "inconsistent tensor size, expected tensor [", a.numel(),
               "] and src [", b.numel(), "] to have the same number of elements, but got ", a.numel(), " and ",
               b.numel(), " elements respectively");
-  TORCH_CHECK_NOT_IMPLEMENTED(native_dtype(a.scalar_type()), "dot: dtype ", a.scalar_type(),
-                              " is not supported on tpu");
+  if (!native_dtype(a.scalar_type()))  // integer vectors: the CPU kernel, as mm's
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::dot>::call(a, b);
   at::Tensor out = at::empty({}, a.options());
   if (a.numel() == 0) return out.zero_();
   run_checked("aten::dot", out.view({1, 1}), a.view({1, -1}), b.view({-1, 1}), at::Tensor(), 0, 1);
   return out;
 }
 
+using T = const at::Tensor&;
+using S = const c10::Scalar&;
+
+// Integer matrices take the CPU kernel, as mm's.
+at::Tensor addmv(T self, T mat, T vec, S beta, S alpha) {
+  if (!native_dtype(mat.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::addmv>::call(self, mat, vec, beta, alpha);
+  return structured_functional<at::meta::structured_addmv, &addmv_kernel, "aten::addmv", T, T, T, S, S>(
+      self, mat, vec, beta, alpha);
+}
+
+at::Tensor& addmv_out(T self, T mat, T vec, S beta, S alpha, at::Tensor& out) {
+  if (!native_dtype(mat.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::addmv_out>::call(self, mat, vec, beta, alpha, out);
+  return structured_out<at::meta::structured_addmv, &addmv_kernel, "aten::addmv", T, T, T, S, S>(
+      self, mat, vec, beta, alpha, out);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  using T = const at::Tensor&;
-  using S = const c10::Scalar&;
-  m.impl("addmv", structured_functional<at::meta::structured_addmv, &addmv_kernel, "aten::addmv", T, T, T, S, S>);
-  m.impl("addmv.out", structured_out<at::meta::structured_addmv, &addmv_kernel, "aten::addmv", T, T, T, S, S>);
-  m.impl("addmv_", structured_inplace<at::meta::structured_addmv, &addmv_kernel, "aten::addmv_", T, T, S, S>);
+  m.impl("addmv", addmv);
+  m.impl("addmv.out", addmv_out);
   m.impl("dot", dot);
   m.impl("vdot", dot);
   m.impl("bmm", bmm);

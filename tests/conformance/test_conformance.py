@@ -2,11 +2,17 @@
 results.json: an entry that passed (natively or through the fallback) must
 not regress, and a native-pass entry must stay native. Improvements are
 allowed; `python tests/conformance/conformance.py --write` records them."""
+import importlib.util
 import json
+import pathlib
 
 import pytest
 
-import conformance
+# conformance.py is both a script and this test's module (loaded by path:
+# a plain import would need sys.path changes that shadow tests/conftest.py).
+_spec = importlib.util.spec_from_file_location("tpu_conformance", pathlib.Path(__file__).with_name("conformance.py"))
+conformance = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(conformance)
 
 RANK = {"native-pass": 3, "fallback-pass": 2, "unsupported": 1, "mismatch": 0, "error": 0}
 
