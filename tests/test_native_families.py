@@ -497,3 +497,69 @@ def test_batch_norm(training, shape):
         results.append([y.detach(), rm, rv] + [t.grad for t in leaves])
     for c, t in zip(*results):
         check(c, t)
+
+
+# ---------------------------------------------------------------- found by the adversarial pass
+
+def test_histc_edges_are_in_the_input_dtype():
+    x = torch.tensor([0.0, 0.05, 0.1, 0.3])
+    for args in ((4, 0, 0.1), (3, 0.1, 0.3)):
+        check(torch.histc(x, *args), torch.histc(x.to("tpu"), *args))
+    h = torch.tensor([0.1, 0.3]).half()
+    check(torch.histc(h.float(), 2, float(h[0]), float(h[1])).half(), torch.histc(h.to("tpu"), 2, 0.1, 0.3))
+
+
+def test_max_pool_nan_takes_the_last_nan_as_cpu():
+    x = torch.tensor([[[[float("nan"), 0.0], [0.0, float("nan")]]]])
+    grads_match(lambda v: F.max_pool2d(v, 2), x)
+    check(F.max_pool2d(x, 2, return_indices=True)[1], F.max_pool2d(x.to("tpu"), 2, return_indices=True)[1])
+
+
+def test_isin_large_sets_sort_instead_of_comparing_all_pairs():
+    g = torch.Generator().manual_seed(3)
+    e, t = torch.randint(0, 50000, (200000,), generator=g), torch.randint(0, 50000, (30000,), generator=g)
+    for invert in (False, True):
+        check(torch.isin(e, t, invert=invert), torch.isin(e.to("tpu"), t.to("tpu"), invert=invert))
+    ef, tf = torch.tensor([1.5, float("nan"), 2.0] * 20000), torch.tensor([2.0, float("nan")] * 500)
+    check(torch.isin(ef, tf), torch.isin(ef.to("tpu"), tf.to("tpu")))
+
+
+def test_any_all_over_an_empty_dim_list_reduce_nothing():
+    x = reduce_input(torch.float32, shape=(3, 5))
+    check(torch.any(x, dim=()), torch.any(x.to("tpu"), dim=()))
+    check(torch.all(x, dim=()), torch.all(x.to("tpu"), dim=()))
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: torch.gather(torch.randn(2, 3, device="tpu"), 1, torch.zeros(2, 1, dtype=torch.long, device=d)),
+    lambda d: torch.zeros(2, 3, device="tpu").scatter_(1, torch.zeros(2, 1, dtype=torch.long, device=d), 1.0),
+    lambda d: F.layer_norm(torch.randn(2, 3, device="tpu"), (3,), torch.ones(3, device=d)),
+    lambda d: F.cross_entropy(torch.randn(2, 3, device="tpu"), torch.tensor([0, 1], device="tpu"),
+                              weight=torch.ones(3, device=d)),
+])
+def test_operands_on_the_cpu_give_pytorchs_device_error(call):
+    call("tpu")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        call("cpu")
+
+
+def test_quadratic_paths_are_gone_and_dtypes_widened():
+    g = torch.randn(20000, 8, generator=torch.Generator().manual_seed(0))
+    i = torch.randint(0, 300, (20000,), generator=torch.Generator().manual_seed(1))
+    check(torch.ops.aten.embedding_dense_backward(g, i, 300, -1, True),
+          torch.ops.aten.embedding_dense_backward(g.to("tpu"), i.to("tpu"), 300, -1, True))
+    x = torch.randn(3, 4).log_softmax(1)
+    t = torch.tensor([1, 0, 3], dtype=torch.uint8)
+    check(F.nll_loss(x, t), F.nll_loss(x.to("tpu"), t.to("tpu")))
+    b, idx, src = torch.zeros(2, 3, dtype=torch.bool), torch.tensor([[0, 0]]), torch.ones(1, 2, dtype=torch.bool)
+    check(b.clone().scatter_add_(1, idx, src), b.to("tpu").scatter_add_(1, idx.to("tpu"), src.to("tpu")))
+    r = torch.empty(2000, device="tpu").random_(0, 2**30).cpu()  # floats take any range, as on CPU
+    assert r.min() >= 0 and r.max() < 2**30
+
+
+def test_convolution_keeps_channels_last():
+    x = randn(2, 3, 8, 8).to(memory_format=torch.channels_last)
+    w = randn(4, 3, 3, 3, seed=1)
+    a, b = F.conv2d(x, w), F.conv2d(x.to("tpu"), w.to("tpu"))
+    assert a.stride() == b.stride()
+    check(a, b)

@@ -86,11 +86,14 @@ at::Tensor col2im(const ConvShape& s, const at::Tensor& dcols) {
   return dx;
 }
 
-// [N*OH*OW, O] (channels last) as the [N, O, OH, OW] (or [N, O, OW]) result.
+// [N*OH*OW, O] (channels last) as the [N, O, OH, OW] (or [N, O, OW]) result,
+// in the input's memory format as PyTorch's CPU convolution gives it (the
+// rows already are a channels-last tensor).
 at::Tensor from_rows(const ConvShape& s, const at::Tensor& rows) {
   const int64_t n = s.input.size(0), o = rows.size(1);
-  at::Tensor out = rows.view({n, s.oh, s.ow, o}).permute({0, 3, 1, 2}).contiguous();
-  return s.was_1d ? out.squeeze(2) : out;
+  at::Tensor out = rows.view({n, s.oh, s.ow, o}).permute({0, 3, 1, 2});
+  if (s.was_1d) return out.squeeze(2).contiguous();
+  return s.input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ? out : out.contiguous();
 }
 
 // grad_output [N, O, OH, OW] as rows [N*OH*OW, O].

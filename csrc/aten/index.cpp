@@ -98,6 +98,7 @@ void gather_kernel(Structured<at::meta::structured_gather>& op, const at::Tensor
                    const at::Tensor& index, bool) {
   const char* name = "aten::gather";
   const at::Tensor& out = op.output_;
+  check_same_device("gather", self.device(), {{"index", &index}});
   if (out.numel() == 0) return;
   check_in_storage(self, name);
   check_in_storage(index, name);
@@ -119,6 +120,7 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
                                     int64_t padding_idx, bool scale_grad_by_freq) {
   const char* name = "aten::embedding_dense_backward";
   check_index_dtype(indices, "embedding_backward");
+  check_same_device(name, grad_output.device(), {{"indices", &indices}});
   TORCH_CHECK(num_weights >= 0, name, ": num_weights must be non-negative, got ", num_weights);
   TORCH_CHECK(grad_output.dim() >= 1, name, ": grad_output must have at least one dim");
   const int64_t d = grad_output.size(-1);
@@ -139,6 +141,13 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
   op.in[1] = describe(idx, name);
   op.p.index.padding_idx = padding_idx;
   op.p.index.scale_by_freq = scale_grad_by_freq;
+  // scale_grad_by_freq counts each row's uses in device scratch.
+  at::Tensor scratch;
+  if (const int64_t bytes = tpu_op_scratch_bytes(&op); bytes > 0) {
+    scratch = at::empty({bytes}, out.options().dtype(at::kByte));
+    op.scratch = scratch.data_ptr();
+    op.scratch_nbytes = bytes;
+  }
   submit(out.device().index(), op, name);
   return out;
 }
@@ -147,6 +156,7 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
 
 void scatter_record(tpu_index_fn fn, const char* name, const at::Tensor& self, int64_t dim, const at::Tensor& index,
                     const at::Tensor* src, const c10::Scalar* value) {
+  check_same_device(name, self.device(), {{"index", &index}, {"src", src}});
   if (index.numel() == 0) return;
   for (const at::Tensor* t : {&self, &index}) check_in_storage(*t, name);
   const auto d1 = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };

@@ -27,6 +27,8 @@ tpu_loss_reduction to_reduction(int64_t reduction, const char* name) {
 void forward_kernel(Structured<at::meta::structured_nll_loss_forward>& op, const at::Tensor& self,
                     const at::Tensor& target, at::OptionalTensorRef weight, int64_t reduction, int64_t ignore_index) {
   const char* name = "aten::nll_loss_forward";
+  const at::Tensor w = weight.has_value() ? *weight : at::Tensor();
+  check_same_device("nll_loss_forward", self.device(), {{"target", &target}, {"weight", &w}});
   check_in_storage(self, name);
   check_in_storage(target, name);
   tpu_op rec{};
@@ -49,6 +51,9 @@ void backward_kernel(Structured<at::meta::structured_nll_loss_backward>& op, con
                      int64_t ignore_index, const at::Tensor& total_weight) {
   const char* name = "aten::nll_loss_backward";
   const at::Tensor& grad_input = op.output_;
+  const at::Tensor w = weight.has_value() ? *weight : at::Tensor();
+  check_same_device("nll_loss_backward", self.device(),
+                    {{"grad_output", &grad_output}, {"target", &target}, {"weight", &w}, {"total_weight", &total_weight}});
   if (grad_input.numel() == 0) return;
   for (const at::Tensor* t : {&grad_output, &target, &total_weight}) check_in_storage(*t, name);
   tpu_op rec{};

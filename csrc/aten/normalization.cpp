@@ -65,6 +65,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(const at::Tenso
   const at::Tensor weight = weight_opt.value_or(at::Tensor());
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
   const auto [m, n] = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, bias);
+  check_same_device("native_layer_norm", input.device(), {{"weight", &weight}, {"bias", &bias}});
   const at::ScalarType p = param_dtype(input, weight, bias);
   at::Tensor y = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
   at::Tensor mean = at::empty({m}, input.options().dtype(p));
@@ -100,6 +101,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
   const at::Tensor weight = weight_opt.value_or(at::Tensor());
   const at::Tensor bias = bias_opt.value_or(at::Tensor());
   const auto [m, n] = at::native::_check_layer_norm_inputs(input, normalized_shape, weight, bias);
+  check_same_device("native_layer_norm_backward", input.device(),
+                    {{"grad_out", &grad_out}, {"mean", &mean}, {"rstd", &rstd}, {"weight", &weight}, {"bias", &bias}});
   const at::ScalarType p = param_dtype(input, weight, bias);
   TORCH_CHECK(grad_out.sizes() == input.sizes(), name, ": grad_out has sizes ", grad_out.sizes(),
               " but input has ", input.sizes());

@@ -48,6 +48,8 @@ void max_pool_backward_kernel(Structured<at::meta::structured_max_pool2d_with_in
                               const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef,
                               at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, const at::Tensor& indices) {
   const at::Tensor& grad_input = op.output_;
+  check_same_device("max_pool2d_with_indices_backward", self.device(),
+                    {{"grad_output", &grad_output}, {"indices", &indices}});
   // Each (n, c) plane: grad_input[h * W + w] += grad at every window whose
   // maximum was there, in window order. A channels-last grad_input (the
   // meta follows the input's layout) is filled through a contiguous one.

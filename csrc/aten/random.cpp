@@ -109,10 +109,14 @@ at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> t
   const at::ScalarType t = self.scalar_type();
   TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex(), "random_ is not implemented for complex tensors on tpu");
   const int64_t lo = random_min(t), hi = random_max(t);
+  // Integer dtypes must hold the range; for floats PyTorch accepts any
+  // range (values beyond 2^digits are then rounded), and so does tpu.
+  const bool integral = !at::isFloatingType(t);
   if (to.has_value()) {
-    TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", *to);
-    TORCH_CHECK(from >= lo && *to - 1 <= hi, "random_ expects 'from' and 'to - 1' to lie in the range of ", t,
-                " [", lo, ", ", hi, "], but got from=", from, " to=", *to);
+    const int64_t end = *to;
+    TORCH_CHECK(from < end, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", end);
+    TORCH_CHECK(!integral || (from >= lo && end - 1 <= hi), "random_ expects 'from' and 'to - 1' to lie in the "
+                "range of ", t, " [", lo, ", ", hi, "], but got from=", from, " to=", end);
   } else {
     TORCH_CHECK(from >= lo && from <= hi, "random_ expects 'from' to lie in the range of ", t, " [", lo, ", ", hi,
                 "], but got from=", from);

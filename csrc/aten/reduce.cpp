@@ -219,8 +219,15 @@ void arg_kernel(Structured<Meta>& op, const at::Tensor& self, std::optional<int6
   arg_into(K, self, dim, keepdim, op.output_);
 }
 
+// any/all over a dim list: an empty list reduces nothing (unlike sum's
+// legacy rule), which is what the meta's output shape says.
 template <class Meta, const ReduceKind& K>
 void bool_dims_kernel(Structured<Meta>& op, const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  if (dim.has_value() && dim->empty()) {
+    check_in_storage(self, K.name);
+    into_output(self, op.output_, [&](const at::Tensor& dst) { run(K, self, 0u, true, dst); });
+    return;
+  }
   reduce_into(K, self, dim, keepdim, op.output_);
 }
 
@@ -314,20 +321,34 @@ void scan_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, std:
   submit(out.device().index(), rec, name);
 }
 
-// isin: whether each element equals any test element, as native ops: the
-// elements against chunks of the test elements (at most 2^24 comparisons
-// at a time), or-ed together.
+// isin: whether each element equals any test element, as native ops. Few
+// comparisons (at most 2^24): the elements against the test elements,
+// or-ed. Many: sort the test elements and the elements together (tests
+// first, stable, so a test sorts before equal elements); an element is in
+// the set when the last test at or before it in sorted order is equal.
+// O(n log n) either way with no element-by-test matrix.
 void isin_into(const at::Tensor& elements, const at::Tensor& test, bool invert, const at::Tensor& out) {
   if (out.numel() == 0) return;
-  const at::Tensor flat_test = test.reshape({-1});
-  const int64_t n = std::max<int64_t>(elements.numel(), 1);
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 24) / n);
-  at::Tensor found = at::zeros(elements.sizes(), elements.options().dtype(at::kBool));
-  const at::Tensor e = elements.unsqueeze(-1);
-  for (int64_t i = 0; i < flat_test.numel(); i += chunk)
-    found.logical_or_(e.eq(flat_test.slice(0, i, std::min(i + chunk, flat_test.numel()))).any(-1));
-  if (invert) found.logical_not_();
-  copy_tensor(out, found, false);
+  const at::ScalarType common = at::result_type(elements, test);
+  const at::Tensor e = elements.to(common).reshape({-1}), t = test.to(common).reshape({-1});
+  const int64_t ne = e.numel(), nt = t.numel();
+  at::Tensor found;
+  if (nt == 0 || ne * nt <= (int64_t{1} << 24)) {
+    found = at::zeros({ne}, out.options());
+    if (nt > 0) found = e.unsqueeze(-1).eq(t).any(-1);
+  } else {
+    const auto [sorted, order] = at::cat({t, e}).sort(/*stable=*/true, 0, /*descending=*/false);
+    const at::Tensor is_test = order.lt(nt);
+    const at::Tensor seen = is_test.to(at::kLong).cumsum(0);  // tests at or before each position
+    const at::Tensor test_at = is_test.nonzero().reshape({-1});
+    const at::Tensor last = test_at.index({(seen - 1).clamp_min(0)});
+    const at::Tensor hit = seen.gt(0).logical_and(sorted.index({last}).eq(sorted));
+    at::Tensor unsorted = at::empty({ne + nt}, out.options().dtype(at::kBool));
+    unsorted.index_put_({order}, hit);
+    found = unsorted.slice(0, nt);
+  }
+  if (invert) found = found.logical_not();
+  copy_tensor(out, found.view(out.sizes()), false);
 }
 
 void isin_kernel(Structured<at::meta::structured_isin_Tensor_Tensor>& op, const at::Tensor& elements,

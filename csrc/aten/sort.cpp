@@ -106,6 +106,7 @@ at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const c10::Scalar& m
                               "\"histc\" not implemented for '", self.scalar_type(), "'");
   TORCH_CHECK(out.scalar_type() == self.scalar_type(), "torch.histc: input tensor and hist tensor should have the "
               "same dtype, but got input ", self.scalar_type(), " and hist ", out.scalar_type());
+  check_same_device("histc", self.device(), {{"out", &out}});
   double lo = min.toDouble(), hi = max.toDouble();
   TORCH_CHECK(!(std::isinf(lo) || std::isinf(hi) || std::isnan(lo) || std::isnan(hi)), "torch.histc: range of [",
               lo, ", ", hi, "] is not finite");
@@ -118,6 +119,12 @@ at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const c10::Scalar& m
   if (lo == hi) {
     lo -= 1;
     hi += 1;
+  }
+  // As on CPU, the edges are the input's dtype: an element equal to
+  // float32(0.1) lies on the edge 0.1.
+  if (at::isFloatingType(self.scalar_type())) {
+    lo = at::scalar_tensor(lo, at::kDouble).to(self.scalar_type()).item<double>();
+    hi = at::scalar_tensor(hi, at::kDouble).to(self.scalar_type()).item<double>();
   }
   at::native::resize_output(out, {bins});
   check_in_storage(self, name);

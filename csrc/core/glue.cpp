@@ -32,6 +32,14 @@ namespace torch_tpu {
   }
 }
 
+void check_same_device(const char* op, const c10::Device& device,
+                       std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors) {
+  for (const auto& [what, t] : tensors)
+    TORCH_CHECK(t == nullptr || !t->defined() || t->device() == device,
+                "Expected all tensors to be on the same device, but found at least two devices, ", device, " and ",
+                t->device(), "! (when checking argument for argument ", what, " in method ", op, ")");
+}
+
 void ensure_runtime() { TPU_CHECK_STATUS(tpu_runtime_init()); }
 
 c10::DeviceIndex chip_count() noexcept {

@@ -60,6 +60,13 @@ bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out);
 // of PyTorch's own trips over the tensor with a message of its own.
 void check_in_storage(const at::Tensor& t, const char* op);
 
+// Raises PyTorch's own "Expected all tensors to be on the same device"
+// error, naming `op` and the argument, if a defined tensor of `tensors` is
+// not on `device`. The native ops whose PyTorch meta does not check
+// devices call it before describing their operands.
+void check_same_device(const char* op, const c10::Device& device,
+                       std::initializer_list<std::pair<const char*, const at::Tensor*>> tensors);
+
 // Whether a value of dtype `from` converts to `to` exactly (no rounding,
 // no wrap): then converting it straight to a wider compute type gives the
 // same number as converting it to `to` first.

@@ -563,8 +563,6 @@ static tpu_status check_scatter(const tpu_op *op) {
     if (!fill && src->dtype != o->dtype)
         return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: source dtype %s differs from out's %s",
                              name, tpu_dtype_name(src->dtype), tpu_dtype_name(o->dtype));
-    if (op->fn == TPU_INDEX_SCATTER_ADD && o->dtype == TPU_DTYPE_BOOL)
-        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtype bool is not supported", name);
     return TPU_OK;
 }
 
@@ -663,9 +661,9 @@ static tpu_status check_loss(const tpu_op *op) {
                              (int)x->ndim);
     bool batched = x->ndim == 2;
     int64_t n = batched ? x->sizes[0] : 1, c = x->sizes[batched ? 1 : 0];
-    if (!is_index_dtype(t->dtype))
+    if (!is_index_dtype(t->dtype) && t->dtype != TPU_DTYPE_U8)
         return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: target dtype %s is not supported "
-                             "(int64 or int32)", name, tpu_dtype_name(t->dtype));
+                             "(int64, int32 or uint8)", name, tpu_dtype_name(t->dtype));
     tpu_status st = check_shape(op, "target", t, batched ? 1 : 0, n, 0, TPU_DTYPE_COUNT);
     if (st == TPU_OK && !tpu_tensor_is_absent(&op->in[2]))
         st = check_shape(op, "weight", &op->in[2], 1, c, 0, dt);

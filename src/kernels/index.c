@@ -81,6 +81,16 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
     /* Sums in f64 would need a row buffer per output row; the sum is kept
      * in out's dtype as PyTorch's CPU kernel keeps it (index_add in the
      * gradient's dtype), one rounding per added row. */
+    /* With scale_by_freq, this share first counts how often each of its
+     * rows is named (in its own part of the scratch). */
+    int64_t *counts = op->p.index.scale_by_freq ? (int64_t *)op->scratch : NULL;
+    for (int64_t r = r0; counts && r < r1; r++)
+        counts[r] = 0;
+    for (int64_t i = 0; counts && i < n; i++) {
+        int64_t k = tpu_k_load_index(tpu_k_ptr(idx, i * idx->strides[0]), idx->dtype);
+        if (k >= r0 && k < r1)
+            counts[k]++;
+    }
     for (int64_t i = 0; i < n; i++) {
         int64_t k = tpu_k_load_index(tpu_k_ptr(idx, i * idx->strides[0]), idx->dtype);
         if (k < 0 || k >= w)
@@ -88,13 +98,7 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
                                  tpu_k_op_label(op), (long long)k, (long long)w);
         if (k < r0 || k >= r1 || k == pad)
             continue;
-        double scale = 1.0;
-        if (op->p.index.scale_by_freq) {
-            int64_t count = 0;
-            for (int64_t q = 0; q < n; q++)
-                count += tpu_k_load_index(tpu_k_ptr(idx, q * idx->strides[0]), idx->dtype) == k;
-            scale = 1.0 / (double)count;
-        }
+        double scale = counts ? 1.0 / (double)counts[k] : 1.0;
         for (int64_t j = 0; j < d; j++) {
             char *dst = tpu_k_ptr(o, k * o->strides[0] + j * o->strides[1]);
             double g = tpu_k_load_f64(tpu_k_ptr(grad, i * grad->strides[0] + j * grad->strides[1]),
@@ -103,6 +107,12 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
         }
     }
     return TPU_OK;
+}
+
+int64_t tpu_k_index_scratch_bytes(const tpu_op *op) {
+    if (op->fn != TPU_INDEX_EMBEDDING_BACKWARD || !op->p.index.scale_by_freq || op->out.ndim != 2)
+        return 0;
+    return op->out.sizes[0] * (int64_t)sizeof(int64_t);
 }
 
 /* HISTC, by share 0 alone: counts are exact integers, so the order does

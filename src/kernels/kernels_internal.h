@@ -147,6 +147,9 @@ tpu_status tpu_k_norm_run_phase(const tpu_op *op, int phase, int ith, int nth);
 
 /* INDEX (index.c) and LOSS (loss.c). */
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth);
+/* Scratch of an INDEX op: the embedding backward's per-row counts when it
+ * scales by frequency (W int64), else 0. */
+int64_t tpu_k_index_scratch_bytes(const tpu_op *op);
 /* The scatters, advanced indexing and nonzero (scatter.c), called by
  * tpu_k_index_ref. */
 tpu_status tpu_k_scatter_ref(const tpu_op *op, int ith, int nth);
@@ -162,8 +165,10 @@ tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth);
 int64_t tpu_k_sort_scratch_bytes(const tpu_op *op);
 
-/* Reads an int64 or int32 index element. */
+/* Reads an int64, int32 or uint8 index element. */
 static inline int64_t tpu_k_load_index(const void *p, tpu_dtype dt) {
+    if (dt == TPU_DTYPE_U8)
+        return *(const uint8_t *)p;
     if (dt == TPU_DTYPE_I32) {
         int32_t v;
         __builtin_memcpy(&v, p, sizeof v);

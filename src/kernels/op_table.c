@@ -259,7 +259,7 @@ static const struct {
     [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
     [TPU_OP_NORM] = {tpu_k_norm_ref, tpu_k_norm_ref, tpu_k_norm_phases, tpu_k_norm_scratch_bytes,
                      tpu_k_norm_run_phase},
-    [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref},
+    [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref, NULL, tpu_k_index_scratch_bytes, NULL},
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
     [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
     [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_ref, NULL, tpu_k_sort_scratch_bytes, NULL},

@@ -66,6 +66,9 @@ static tpu_status scatter_ref(const tpu_op *op, int ith, int nth) {
             const char *from = fill ? value : tpu_k_ptr(src, it.off[1] + j * src->strides[dim]);
             if (!add)
                 memcpy(dst, from, es);
+            else if (o->dtype == TPU_DTYPE_BOOL)
+                tpu_k_store_bool(dst, o->dtype,
+                                 tpu_k_load_bool(dst, o->dtype) || tpu_k_load_bool(from, o->dtype));
             else if (float_out)
                 tpu_k_store_f64(dst, o->dtype,
                                 tpu_k_load_f64(dst, o->dtype) + tpu_k_load_f64(from, o->dtype));

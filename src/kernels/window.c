@@ -99,10 +99,11 @@ static tpu_status max_pool(const tpu_op *op, int64_t start, int64_t end) {
                 if (w < 0 || w >= W)
                     continue;
                 const char *p = tpu_k_ptr(x, off4(x, n, c, h, w));
-                /* The first largest wins; the first NaN beats everything. */
+                /* As PyTorch's kernels: the first largest wins, and every
+                 * NaN replaces the best so far (so the last NaN wins). */
                 if (is_float) {
                     double v = tpu_k_load_f64(p, x->dtype);
-                    if (best_at < 0 || (!isnan(best_f) && (isnan(v) || v > best_f))) {
+                    if (best_at < 0 || isnan(v) || v > best_f) {
                         best_f = v;
                         best_at = h * W + w;
                     }

@@ -310,8 +310,9 @@ typedef enum {
     TPU_INDEX_EMBEDDING_BACKWARD, /* out [W, D] = sum of rows of in[0] ([n, D] gradient) into
                                  * the rows named by in[1] ([n], entries in [0, W): no
                                  * wrapping), skipping entries equal to p.index.padding_idx;
-                                 * with p.index.scale_by_freq each row divided by its count;
-                                 * rows nobody names are 0; float */
+                                 * with p.index.scale_by_freq each row divided by its count
+                                 * (counted in scratch: W int64); rows nobody names are 0;
+                                 * float */
     TPU_INDEX_HISTC,            /* out [bins] counts the elements of in[0] (any dtype but bool; n_in
                                  * 1) in [p.hist.lo, p.hist.hi] by equal-width bins, the top edge
                                  * in the last bin; NaN and values outside are not counted. Bins
@@ -324,7 +325,7 @@ typedef enum {
                                  * them in every dim but dim; same dtype. Positions in one line
                                  * (differing only along dim) are written in order: the last
                                  * duplicate wins */
-    TPU_INDEX_SCATTER_ADD,      /* likewise, adding (any dtype but bool; in index order) */
+    TPU_INDEX_SCATTER_ADD,      /* likewise, adding in index order (bool: or) */
     TPU_INDEX_SCATTER_FILL,     /* likewise, writing p.index.value; in[0] is absent */
     TPU_INDEX_ADVANCED,         /* PyTorch's advanced indexing (x[i, j]): element-wise over out;
                                  * in[0] is the source with stride 0 in the indexed dims and
@@ -351,7 +352,7 @@ typedef enum {
 } tpu_loss_reduction;
 
 /* LOSS functions. Negative log likelihood of log-probabilities x = in[0]
- * ([N, C], or [C] for one sample with no N dim) at int64 or int32 targets t = in[1]
+ * ([N, C], or [C] for one sample with no N dim) at int64, int32 or uint8 targets t = in[1]
  * ([N], or 0-d), with optional class weights w = in[2] ([C]). A sample
  * whose target is p.loss.ignore_index counts 0 with weight 0; any other
  * target outside [0, C) is a kernel-side TPU_ERR_INDEX. Sums in f64, in
@@ -401,8 +402,9 @@ typedef enum {
                             * (f64, in (i, j) order) of the in[0] [N, OH, OW, C, kh, kw]
                             * entries that read it; float */
     TPU_WINDOW_MAX_POOL,   /* out [N, C, OH, OW] = the largest x in the window (padding never
-                            * counts; NaN wins), aux[0] int64 its position h * W + w (the
-                            * first largest); every window must hold an image element */
+                            * counts), aux[0] int64 its position h * W + w: the first largest,
+                            * or the last NaN if any (PyTorch's rule); every window must hold
+                            * an image element */
     TPU_WINDOW_COUNT
 } tpu_window_fn;
 
