@@ -563,3 +563,41 @@ def test_convolution_keeps_channels_last():
     a, b = F.conv2d(x, w), F.conv2d(x.to("tpu"), w.to("tpu"))
     assert a.stride() == b.stride()
     check(a, b)
+
+
+# ---------------------------------------------------------------- composed ops
+
+COMPOSED = [
+    lambda x: torch.var(x, 1), lambda x: torch.std(x, (0, 2), correction=0, keepdim=True),
+    lambda x: torch.var_mean(x, -1)[0], lambda x: torch.std_mean(x)[1], lambda x: torch.roll(x, (2, -1), (1, 2)),
+    lambda x: torch.roll(x, 5), lambda x: torch.round(x, decimals=2), lambda x: torch.round(x * 100, decimals=-1),
+    lambda x: torch.logaddexp(x, x.flip(0)), lambda x: torch.logaddexp2(x, x * 2), lambda x: F.logsigmoid(x),
+    lambda x: torch.nansum(torch.where(x > 1, float("nan"), x), 1), lambda x: torch.masked_select(x, x > 0),
+    lambda x: torch.rsub(x, 2.5), lambda x: torch.rsub(x, x.t() if x.dim() == 2 else x, alpha=3),
+    lambda x: torch.clamp(x, min=x.flip(0)), lambda x: torch.clamp(x, max=x.mean(0)),
+    lambda x: F.adaptive_avg_pool2d(x.unsqueeze(0), (2, 3)), lambda x: F.adaptive_avg_pool2d(x, 1),
+]
+
+
+@pytest.mark.parametrize("fn", COMPOSED)
+def test_composed_ops(fn):
+    x = randn(4, 6, 7)
+    check(fn(x), fn(x.to("tpu")))
+
+
+def test_composed_factories_and_2d_losses():
+    for start, end, steps in ((0, 1, 5), (-3.5, 10, 7), (2, 2, 1), (0, 1, 0)):
+        check(torch.linspace(start, end, steps), torch.linspace(start, end, steps, device="tpu"))
+        check(torch.logspace(start, end, steps, base=2), torch.logspace(start, end, steps, base=2, device="tpu"))
+    check(torch.eye(3, 5), torch.eye(3, 5, device="tpu"))
+    assert torch.equal(torch.ones(3, device="tpu"), torch.ones(3, device="tpu"))
+    assert not torch.equal(torch.ones(3, device="tpu"), torch.zeros(3, device="tpu"))
+    scores = randn(2, 4, 5, 6).log_softmax(1)
+    target = torch.randint(0, 4, (2, 5, 6), generator=torch.Generator().manual_seed(0))
+    target[0, 0, 0] = -100
+    for reduction in ("mean", "sum", "none"):
+        grads_match(lambda s: F.nll_loss(s, target.to(s.device), reduction=reduction), scores)
+    x = randn(2, 3, 8, 8)
+    y, idx = F.max_pool2d(x, 2, return_indices=True)
+    check(F.max_unpool2d(y, idx, 2), F.max_unpool2d(y.to("tpu"), idx.to("tpu"), 2))
+    grads_match(lambda v: F.adaptive_avg_pool2d(v, (3, 5)), x)

@@ -6,6 +6,7 @@
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ScalarOps.h>
+#include <ATen/core/Reduction.h>
 #include <torch/library.h>
 
 #include <bitset>
@@ -146,6 +147,43 @@ at::Tensor nansum(T self, at::OptionalIntArrayRef dim, bool keepdim, std::option
   return x.sum(dim, keepdim, dtype);
 }
 
+// clamp with tensor bounds: maximum, then minimum (both propagate NaN from
+// either side, as PyTorch's clamp kernel does).
+at::Tensor& clamp_tensor_out(T self, const std::optional<at::Tensor>& min, const std::optional<at::Tensor>& max,
+                             at::Tensor& out) {
+  const bool has_min = min.has_value() && min->defined(), has_max = max.has_value() && max->defined();
+  TORCH_CHECK(has_min || has_max, "torch.clamp: At least one of 'min' or 'max' must not be None");
+  at::Tensor r = self;
+  if (has_min) r = at::maximum(r, *min);
+  if (has_max) r = at::minimum(r, *max);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor clamp_tensor(T self, const std::optional<at::Tensor>& min, const std::optional<at::Tensor>& max) {
+  at::ScalarType type = self.scalar_type();
+  if (min.has_value() && min->defined()) type = at::promote_types(type, at::result_type(self, *min));
+  if (max.has_value() && max->defined()) type = at::promote_types(type, at::result_type(self, *max));
+  at::Tensor out = at::empty({0}, self.options().dtype(type));
+  return clamp_tensor_out(self, min, max, out);
+}
+
+at::Tensor& clamp_tensor_(at::Tensor& self, const std::optional<at::Tensor>& min,
+                          const std::optional<at::Tensor>& max) {
+  return clamp_tensor_out(self, min, max, self);
+}
+
+// scalar ** tensor: the scalar as a host operand of the native pow.
+at::Tensor pow_scalar(S base, T exponent) { return at::pow(at::native::wrapped_scalar_tensor(base), exponent); }
+
+at::Tensor& pow_scalar_out(S base, T exponent, at::Tensor& out) {
+  const at::Tensor r = pow_scalar(base, exponent);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
 // ---- shape compositions.
 
 // roll: each dim as two copies (the tail, then the head).
@@ -222,9 +260,130 @@ at::Tensor masked_select(T self, T mask) {
   return s->index({*m});
 }
 
+// ---- spatial versions of 1-d ops.
+
+// nll_loss2d: the [N, C, H, W] scores as [N*H*W, C] rows for nll_loss.
+at::Tensor scores_as_rows(T self) { return self.permute({0, 2, 3, 1}).reshape({-1, self.size(1)}); }
+
+void check_nll2d(T self, T target) {
+  TORCH_CHECK(target.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of "
+              "dimension: ", target.dim());
+  TORCH_CHECK(self.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of dimension: ",
+              self.dim());
+  TORCH_CHECK(self.size(0) == target.size(0) && self.size(2) == target.size(1) && self.size(3) == target.size(2),
+              "input and target batch or spatial sizes don't match: target ", target.sizes(), ", input ",
+              self.sizes());
+}
+
+std::tuple<at::Tensor, at::Tensor> nll_loss2d_forward(T self, T target, const std::optional<at::Tensor>& weight,
+                                                      int64_t reduction, int64_t ignore_index) {
+  check_nll2d(self, target);
+  auto [out, total] = at::nll_loss_forward(scores_as_rows(self), target.reshape({-1}), weight, reduction,
+                                           ignore_index);
+  if (reduction == at::Reduction::None) out = out.view(target.sizes());
+  return {out, total};
+}
+
+at::Tensor nll_loss2d_backward(T grad, T self, T target, const std::optional<at::Tensor>& weight, int64_t reduction,
+                               int64_t ignore_index, T total_weight) {
+  check_nll2d(self, target);
+  const at::Tensor g = reduction == at::Reduction::None ? grad.reshape({-1}) : grad;
+  const at::Tensor rows = at::nll_loss_backward(g, scores_as_rows(self), target.reshape({-1}), weight, reduction,
+                                                ignore_index, total_weight);
+  return rows.view({self.size(0), self.size(2), self.size(3), self.size(1)}).permute({0, 3, 1, 2}).contiguous();
+}
+
+// max_unpool: each value scattered to its flat position in an (n, c)
+// plane of the output (zeros elsewhere).
+at::Tensor max_unpool(T self, T indices, at::IntArrayRef output_size, int64_t spatial) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong, "elements in indices should be type int64 but got: ",
+              indices.scalar_type());
+  TORCH_CHECK(self.sizes() == indices.sizes(), "Expected shape of indices to be same as that of the input tensor (",
+              self.sizes(), ") but got indices tensor with shape: ", indices.sizes());
+  TORCH_CHECK(self.dim() == spatial + 1 || self.dim() == spatial + 2, "max_unpool: expected a ", spatial + 1,
+              "-d or ", spatial + 2, "-d input, got ", self.dim(), "-d");
+  const bool batched = self.dim() == spatial + 2;
+  const at::Tensor x = batched ? self : self.unsqueeze(0), ix = batched ? indices : indices.unsqueeze(0);
+  int64_t plane = 1;
+  for (int64_t s : output_size) plane *= s;
+  at::Tensor out = at::zeros({x.size(0), x.size(1), plane}, self.options());
+  if (x.numel() > 0) out.scatter_(2, ix.reshape({x.size(0), x.size(1), -1}), x.reshape({x.size(0), x.size(1), -1}));
+  std::vector<int64_t> shape{x.size(0), x.size(1)};
+  shape.insert(shape.end(), output_size.begin(), output_size.end());
+  out = out.view(shape);
+  return batched ? out : out.squeeze(0);
+}
+
+at::Tensor max_unpool2d(T self, T indices, at::IntArrayRef output_size) {
+  TORCH_CHECK(output_size.size() == 2, "There should be exactly two elements (height, width) in output_size");
+  return max_unpool(self, indices, output_size, 2);
+}
+
+at::Tensor max_unpool3d(T self, T indices, at::IntArrayRef output_size, at::IntArrayRef, at::IntArrayRef) {
+  TORCH_CHECK(output_size.size() == 3, "There should be exactly three elements (depth, height, width) in output_size");
+  return max_unpool(self, indices, output_size, 3);
+}
+
+// adaptive average pooling: bin i of a dim of size n covers
+// [floor(i n / k), ceil((i + 1) n / k)), as PyTorch's.
+std::pair<int64_t, int64_t> bin(int64_t i, int64_t n, int64_t k) { return {(i * n) / k, ((i + 1) * n + k - 1) / k}; }
+
+at::Tensor adaptive_avg_pool2d(T self, at::IntArrayRef output_size) {
+  TORCH_CHECK(output_size.size() == 2, "adaptive_avg_pool2d: output_size must be 2");
+  TORCH_CHECK(self.dim() == 3 || self.dim() == 4, "adaptive_avg_pool2d(): Expected 3D or 4D tensor, but got ",
+              self.sizes());
+  for (int64_t d = self.dim() - 2; d < self.dim(); d++)
+    TORCH_CHECK(self.size(d) > 0, "adaptive_avg_pool2d(): Expected input to have non-zero size for non-batch "
+                "dimensions, but input has sizes ", self.sizes(), " with dimension ", d, " being empty");
+  const int64_t kh = output_size[0], kw = output_size[1], h = self.size(-2), w = self.size(-1);
+  if (kh == 0 || kw == 0 || self.numel() == 0) {
+    std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end() - 2);
+    shape.push_back(kh);
+    shape.push_back(kw);
+    return at::empty(shape, self.options());
+  }
+  std::vector<at::Tensor> rows;
+  for (int64_t i = 0; i < kh; i++) {
+    const auto [h0, h1] = bin(i, h, kh);
+    rows.push_back(self.narrow(-2, h0, h1 - h0).mean(-2, /*keepdim=*/true));
+  }
+  const at::Tensor by_rows = at::cat(rows, -2);
+  std::vector<at::Tensor> cols;
+  for (int64_t j = 0; j < kw; j++) {
+    const auto [w0, w1] = bin(j, w, kw);
+    cols.push_back(by_rows.narrow(-1, w0, w1 - w0).mean(-1, /*keepdim=*/true));
+  }
+  return at::cat(cols, -1);
+}
+
+at::Tensor adaptive_avg_pool2d_backward(T grad, T self) {
+  const int64_t kh = grad.size(-2), kw = grad.size(-1), h = self.size(-2), w = self.size(-1);
+  at::Tensor out = at::zeros(self.sizes(), self.options());
+  for (int64_t i = 0; i < kh; i++) {
+    const auto [h0, h1] = bin(i, h, kh);
+    for (int64_t j = 0; j < kw; j++) {
+      const auto [w0, w1] = bin(j, w, kw);
+      at::Tensor region = out.narrow(-2, h0, h1 - h0).narrow(-1, w0, w1 - w0);
+      region.add_(grad.narrow(-2, i, 1).narrow(-1, j, 1), 1.0 / static_cast<double>((h1 - h0) * (w1 - w0)));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("clamp.Tensor", clamp_tensor);
+  m.impl("clamp.Tensor_out", clamp_tensor_out);
+  m.impl("clamp_.Tensor", clamp_tensor_);
+  m.impl("pow.Scalar", pow_scalar);
+  m.impl("pow.Scalar_out", pow_scalar_out);
+  m.impl("nll_loss2d_forward", nll_loss2d_forward);
+  m.impl("nll_loss2d_backward", nll_loss2d_backward);
+  m.impl("max_unpool2d", max_unpool2d);
+  m.impl("max_unpool3d", max_unpool3d);
+  m.impl("_adaptive_avg_pool2d", adaptive_avg_pool2d);
+  m.impl("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
   m.impl("var.correction", var);
   m.impl("std.correction", std_);
   m.impl("var_mean.correction", var_mean);

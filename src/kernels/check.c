@@ -284,9 +284,12 @@ static tpu_status check_reduce(const tpu_op *op) {
     switch ((tpu_reduce_fn)op->fn) {
     case TPU_REDUCE_MEAN: return check_float_out(op, "mean needs a floating out");
     case TPU_REDUCE_NORM:
-        if (isinf(op->p.reduce.ord) && count == 0 && tpu_k_numel(o) > 0)
-            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: an infinity norm over zero elements",
-                                 name);
+        /* As PyTorch: no identity for inf and negative orders (the
+         * formula would give inf for a finite negative one). */
+        if ((isinf(op->p.reduce.ord) || op->p.reduce.ord < 0) && count == 0 &&
+            tpu_k_numel(o) > 0)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: a norm of order %g over zero elements "
+                                 "(it has no identity)", name, op->p.reduce.ord);
         if (isnan(op->p.reduce.ord))
             return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: order is NaN", name);
         return check_float_out(op, "a norm is floating");

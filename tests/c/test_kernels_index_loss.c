@@ -322,6 +322,18 @@ static void embedding_known(void) {
         op.p.index.padding_idx = -1;
         op.p.index.scale_by_freq = scale;
         memset(out, 0xff, sizeof out);
+        /* scale_by_freq counts each row's entries in scratch: W int64,
+         * poisoned here (the kernel must clear what it uses). */
+        int64_t counts[5];
+        memset(counts, 0xff, sizeof counts);
+        CHECK(tpu_op_scratch_bytes(&op) == (scale ? 4 * (int64_t)sizeof(int64_t) : 0));
+        if (scale) {
+            CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "needs 32 bytes of scratch but has 0");
+            op.scratch = counts;
+            op.scratch_nbytes = 3 * sizeof(int64_t);
+            CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "needs 32 bytes of scratch but has 24");
+            op.scratch_nbytes = 4 * sizeof(int64_t);
+        }
         CHECK_OK(tpu_op_check(&op));
         CHECK_OK(tpu_op_run(&op, 0, 1));
         float r2 = scale ? 8.0f / 3.0f : 8.0f;
@@ -332,6 +344,19 @@ static void embedding_known(void) {
         op.p.index.padding_idx = 2;
         CHECK_OK(tpu_op_run(&op, 0, 1));
         CHECK(out[0] == 2 && out[1] == 4 && out[4] == 0 && out[5] == 0);
+        /* Three shares (rows split 1/1/2), scratch poisoned again: the
+         * same result, and the counts' block is the only scratch used. */
+        op.p.index.padding_idx = -1;
+        memset(out, 0xff, sizeof out);
+        memset(counts, 0xff, sizeof counts);
+        for (int ith = 0; ith < 3; ith++)
+            CHECK_OK(tpu_op_run(&op, ith, 3));
+        CHECK(out[0] == 2 && out[1] == 4 && out[2] == 0 && out[3] == 0);
+        CHECK(fabsf(out[4] - r2) <= 1e-6f && fabsf(out[5] - 2 * r2) <= 1e-6f);
+        CHECK(out[6] == 0 && out[7] == 0);
+        int64_t poison;
+        memset(&poison, 0xff, sizeof poison);
+        CHECK(counts[4] == poison);
     }
 }
 
@@ -464,9 +489,12 @@ static void nll_make(const lcase *c, nll_inputs *in) {
     int64_t nx = t_numel(&in->x.t);
     for (int64_t i = 0; i < nx; i++)
         fb_set(&in->x, i, -5 * t_unit()); /* log-probabilities */
+    /* A uint8 target holds 0..255 only: an ignore_index outside that
+     * (-100) is never met, so no sample is ignored then. */
+    bool can_ignore = c->tdt != U8 || (c->ignore >= 0 && c->ignore <= 255);
     for (int64_t i = 0; i < c->n; i++) {
         int64_t k = (int64_t)(t_rand() % (uint64_t)c->c);
-        if (c->all_ignored || i % 5 == 2)
+        if (can_ignore && (c->all_ignored || i % 5 == 2))
             k = c->ignore;
         fb_set(&in->t, i, (double)k);
     }
@@ -666,7 +694,8 @@ static void test_nll(void) {
                     for (int ig = 0; ig < 2; ig++, rot++) {
                         lcase c = {.n = shapes[s].n, .c = shapes[s].c,
                                    .batched = shapes[s].batched, .dt = dts[d],
-                                   .tdt = rot % 3 == 2 ? I32 : I64, .weight = weight,
+                                   .tdt = rot % 3 == 2 ? I32 : rot % 3 == 1 ? U8 : I64,
+                                   .weight = weight,
                                    .red = (tpu_loss_reduction)red, .ignore = ignores[ig],
                                    .lx = rot % L_COUNT};
                         run_nll_forward(&c);
@@ -768,6 +797,78 @@ static void nll_errors(void) {
                 }
                 expect_run_error(&op, TPU_ERR_INDEX, parts, fwd ? "nll forward" : "nll backward");
             }
+}
+
+/* uint8 targets are read unsigned: 255 is the class 255 (out of range
+ * for 3 classes, an error even with ignore_index -1), and is ignored
+ * only by ignore_index 255. x [2, 3] f32, targets (2, t1). */
+static void nll_uint8_targets(void) {
+    float x[6] = {-1, -2, -3, -4, -5, -6}, out, total;
+    static const struct {
+        uint8_t t1;
+        int64_t ignore;
+        bool error;
+        float want, total;
+    } rows[] = {
+        {0, -100, false, 7, 2},   /* -(-3) - (-4) */
+        {1, -100, false, 8, 2},
+        {1, 1, false, 3, 1},      /* sample 1 ignored */
+        {255, -1, true, 0, 0},    /* 255, not -1: out of range */
+        {255, 255, false, 3, 1},  /* ignored */
+        {3, -100, true, 0, 0},
+        {128, -128, true, 0, 0},  /* 128, not -128 */
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        for (int fwd = 0; fwd < 2; fwd++) {
+            uint8_t t[2] = {2, rows[r].t1};
+            float dx[6], g = 1, tw = rows[r].total;
+            tpu_op op;
+            memset(&op, 0, sizeof op);
+            op.code = TPU_OP_LOSS;
+            op.fn = fwd ? TPU_LOSS_NLL_FORWARD : TPU_LOSS_NLL_BACKWARD;
+            op.n_in = fwd ? 3 : 4;
+            op.n_aux = fwd ? 1 : 0;
+            tpu_tensor scores = {.data = x, .sizes = {2, 3}, .strides = {3, 1}, .ndim = 2,
+                                 .dtype = F32, .storage = x, .storage_nbytes = sizeof x};
+            tpu_tensor tt = {.data = t, .sizes = {2}, .strides = {1}, .ndim = 1, .dtype = U8,
+                             .storage = t, .storage_nbytes = sizeof t};
+            op.p.loss.reduction = TPU_LOSS_REDUCE_SUM;
+            op.p.loss.ignore_index = rows[r].ignore;
+            op.in[1] = tt;
+            if (fwd) {
+                op.in[0] = scores;
+                op.out = (tpu_tensor){.data = &out, .ndim = 0, .dtype = F32, .storage = &out,
+                                      .storage_nbytes = 4};
+                op.aux[0] = (tpu_tensor){.data = &total, .ndim = 0, .dtype = F32,
+                                         .storage = &total, .storage_nbytes = 4};
+            } else {
+                op.out = scores;
+                op.out.data = op.out.storage = dx;
+                op.in[0] = (tpu_tensor){.data = &g, .ndim = 0, .dtype = F32, .storage = &g,
+                                        .storage_nbytes = 4};
+                op.in[3] = (tpu_tensor){.data = &tw, .ndim = 0, .dtype = F32, .storage = &tw,
+                                        .storage_nbytes = 4};
+            }
+            if (rows[r].error) {
+                char value[40];
+                snprintf(value, sizeof value, "target %d ", (int)rows[r].t1);
+                const char *parts[] = {value, "3 classes", NULL};
+                expect_run_error(&op, TPU_ERR_INDEX, parts, "nll uint8 target");
+                continue;
+            }
+            CHECK_OK(tpu_op_check(&op));
+            CHECK_OK(tpu_op_run(&op, 0, 1));
+            if (fwd) {
+                CHECK(out == rows[r].want && total == rows[r].total);
+                continue;
+            }
+            /* dx: -1 at [0, 2] and, unless ignored, at [1, t1]. */
+            bool ign1 = rows[r].t1 == rows[r].ignore;
+            for (int i = 0; i < 6; i++) {
+                float want = i == 2 || (!ign1 && i == 3 + rows[r].t1) ? -1.0f : 0.0f;
+                CHECK(dx[i] == want);
+            }
+        }
 }
 
 /* ------------------------------------------------- tpu_op_check */
@@ -913,6 +1014,16 @@ static void loss_refusals(void) {
     op = ok;
     op.in[1].dtype = F32;
     CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "target dtype float32 is not supported");
+    /* Targets: int64, int32, uint8; no other integer (nor bool). */
+    static const tpu_dtype bad_t[] = {I8, I16, BOOL, F64};
+    for (size_t i = 0; i < sizeof bad_t / sizeof bad_t[0]; i++) {
+        op.in[1].dtype = bad_t[i];
+        CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "(int64, int32 or uint8)");
+    }
+    op.in[1].dtype = U8;
+    CHECK_OK(tpu_op_check(&op));
+    op.in[1].dtype = I32;
+    CHECK_OK(tpu_op_check(&op));
     op = ok;
     op.in[1].sizes[0] = 3;
     CHECK_REFUSED(&op, TPU_ERR_SHAPE, "target has sizes [3], expected [4]");
@@ -997,6 +1108,7 @@ int main(void) {
     loss_refusals();
     index_errors();
     nll_errors();
+    nll_uint8_targets();
     embedding_known();
     nll_known();
     test_select();

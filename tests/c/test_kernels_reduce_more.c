@@ -12,6 +12,12 @@
  *   ANY/ALL    whether any/every element is nonzero (NaN is nonzero,
  *              -0 is zero), stored as exactly 0 or 1; 0 / 1 over none
  *   TRIL/TRIU  in[0] where j - i <= / >= diagonal, else 0
+ *   NORM       the vector norm of order ord, from a long double loop: max
+ *              / min |x| for +-inf (NaN if any is NaN), the count of
+ *              nonzeros for 0 (NaN counts), sum |x| for 1, sqrt(sum x^2)
+ *              for 2, (sum |x|^ord)^(1/ord) otherwise (3.5, -1); 0 over
+ *              zero elements for ord >= 0 (within the f64 rounding of
+ *              `count` steps plus one store)
  *   INTEGERS   from + (r mod span), r a 32-bit Philox lane when span <
  *              2^32, else 64 bits from two lanes (span 0: 2^64)
  *
@@ -35,7 +41,7 @@ static int g_cases;
 static int64_t g_bad;
 
 static const char *const k_red_names[TPU_REDUCE_COUNT] = {
-    "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "any", "all"};
+    "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "any", "all", "norm"};
 
 /* ----------------------------------------------------- reduced rows */
 
@@ -271,7 +277,8 @@ static void dtype_pairs(int fn, tpu_dtype pairs[][2], int *n) {
 
 static void test_reductions(void) {
     int rot = 0;
-    for (int fn = TPU_REDUCE_PROD; fn < TPU_REDUCE_COUNT; fn++) {
+    /* NORM has its own sweep (test_norm): it also varies the order. */
+    for (int fn = TPU_REDUCE_PROD; fn < TPU_REDUCE_NORM; fn++) {
         bool arg = fn == TPU_REDUCE_ARGMAX || fn == TPU_REDUCE_ARGMIN;
         bool needs = arg || fn == TPU_REDUCE_AMAX || fn == TPU_REDUCE_AMIN;
         tpu_dtype pairs[16][2];
@@ -353,6 +360,217 @@ static void reduce_known(void) {
         if (!ok)
             fprintf(stderr, "    known %s row %zu: got %g, want %g\n", k_red_names[fn], k, got,
                     rows[k].want);
+    }
+}
+
+/* ------------------------------------------------------------- NORM */
+
+static const double k_ords[] = {2, 1, 0, INFINITY, -INFINITY, 3.5, -1};
+enum { N_ORDS = sizeof k_ords / sizeof k_ords[0] };
+
+/* The vector norm of order ord of the count elements at ptrs, from its
+ * definition, in long double. */
+static long double norm_ref(const unsigned char **ptrs, int64_t count, tpu_dtype dt, double ord) {
+    if (isinf(ord)) { /* NaN if any is NaN, else the largest / smallest |x| */
+        bool nan = false;
+        long double best = 0;
+        for (int64_t r = 0; r < count; r++) {
+            long double a = fabsl((long double)t_read_f(ptrs[r], dt));
+            if (isnan(a))
+                nan = true;
+            else if (r == 0 || (ord > 0 ? a > best : a < best))
+                best = a;
+        }
+        return nan ? (long double)NAN : best;
+    }
+    long double sum = 0;
+    for (int64_t r = 0; r < count; r++) {
+        long double a = fabsl((long double)t_read_f(ptrs[r], dt));
+        if (ord == 0)
+            sum += a != 0 || isnan(a); /* NaN is nonzero */
+        else if (ord == 1)
+            sum += a;
+        else if (ord == 2)
+            sum += a * a;
+        else
+            sum += powl(a, (long double)ord); /* 0 ** -1 is inf, inf ** -1 is 0 */
+    }
+    if (ord == 0 || ord == 1)
+        return sum;
+    return ord == 2 ? sqrtl(sum) : powl(sum, 1.0L / (long double)ord);
+}
+
+typedef struct {
+    const char *what;
+    fbuf *in, *out;
+    uint32_t mask;
+    double ord;
+} norm_ctx;
+
+static void verify_norm(void *p) {
+    const norm_ctx *k = p;
+    const tpu_tensor *in = &k->in->t, *out = &k->out->t;
+    int64_t n_out = t_numel(out), n_in = t_numel(in);
+    const unsigned char **ptrs = malloc((size_t)(n_in + 1) * sizeof *ptrs);
+    int64_t *pos = malloc((size_t)(n_in + 1) * sizeof *pos);
+    bool exact = isinf(k->ord) || k->ord == 0; /* a stored |x| or a count */
+    for (int64_t o = 0; o < n_out; o++) {
+        int64_t count = reduced_elems(in, k->mask, o, ptrs, pos);
+        double want = (double)norm_ref(ptrs, count, in->dtype, k->ord);
+        double got = t_read_f(t_at(out, o), out->dtype);
+        /* Each step of the f64 loop rounds once (relative 2^-52 per term,
+         * plus pow's own error and the root's): a relative slack that
+         * grows with the count, and one store to out's dtype. */
+        double slack = exact ? 0 : (double)(count + 8) * 0x1p-50 * (1 + fabs(log(fabs(want) + 1e-300)));
+        double tol = tol_store(out->dtype, want) + slack * fabs(want);
+        double q = t_quant(want, out->dtype); /* overflow to inf in a narrow out */
+        if (!(isinf(q) && !isinf(want) ? got == q : close_to(got, want, tol)))
+            report(k->what, o, "%.17g", got, want);
+        if (count == 0 && !(got == 0 && !signbit(got)))
+            report(k->what, o, "%.17g (zero elements)", got, 0);
+    }
+    free(ptrs);
+    free(pos);
+}
+
+/* A value for a norm's input: small numbers, zeros of both signs, and
+ * (with nans) NaN and infinities of both signs now and then. */
+static double gen_norm(tpu_dtype dt, bool nans) {
+    uint64_t r = t_rand();
+    if (!t_is_float(dt))
+        return (double)((int64_t)(r % 9) - 4);
+    if (nans && r % 13 == 0)
+        return NAN;
+    if (nans && r % 17 == 0)
+        return r % 2 ? INFINITY : -INFINITY;
+    switch (r % 5) {
+    case 0: return r % 2 ? 0.0 : -0.0;
+    case 1: return (double)((int64_t)(r % 7) - 3);
+    default: return 4 * t_unit() - 2;
+    }
+}
+
+static void run_norm(double ord, tpu_dtype idt, tpu_dtype odt, int ndim, const int64_t *sizes,
+                     uint32_t mask, int li, int lo, bool nans) {
+    char what[200];
+    int k = snprintf(what, sizeof what, "norm ord %g %s -> %s mask 0x%x ", ord, dt_str(idt),
+                     dt_str(odt), (unsigned)mask);
+    fmt_dims(what, sizeof what, &k, ndim, sizes);
+    snprintf(what + k, sizeof what - (size_t)k, " in %s out %s%s", k_layout_names[li],
+             k_layout_names[lo], nans ? " nans" : "");
+    int64_t osizes[TPU_MAX_DIMS];
+    for (int d = 0; d < ndim; d++)
+        osizes[d] = (mask >> d) & 1u ? 1 : sizes[d];
+    fbuf in, out;
+    fb_make(&in, idt, ndim, sizes, li);
+    fb_make(&out, odt, ndim, osizes, lo);
+    int64_t n = t_numel(&in.t);
+    for (int64_t i = 0; i < n; i++)
+        fb_set(&in, i, gen_norm(idt, nans));
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_REDUCE;
+    op.fn = TPU_REDUCE_NORM;
+    op.n_in = 1;
+    op.out = out.t;
+    op.in[0] = in.t;
+    op.p.reduce.mask = mask;
+    op.p.reduce.ord = ord;
+    norm_ctx ctx = {what, &in, &out, mask, ord};
+    op_bufs bufs = {{&out}, 1, {&in}, 1};
+    g_bad = 0;
+    run_everywhere(&op, &bufs, verify_norm, &ctx, what);
+    CHECK(g_bad == 0);
+    g_cases++;
+    fb_free(&in);
+    fb_free(&out);
+}
+
+static void test_norm(void) {
+    /* Float inputs into their own dtype, wider and narrower outs, and an
+     * integer input (the check asks only for a float out). */
+    static const tpu_dtype pairs[][2] = {{F32, F32}, {F64, F64}, {F16, F16}, {BF16, BF16},
+                                         {F16, F32}, {BF16, F32}, {F32, F64}, {F64, F32},
+                                         {I16, F32}};
+    enum { NP = sizeof pairs / sizeof pairs[0] };
+    int rot = 0;
+    for (int oi = 0; oi < N_ORDS; oi++) {
+        double ord = k_ords[oi];
+        for (size_t s = 0; s < sizeof k_rshapes / sizeof k_rshapes[0]; s++) {
+            int nd = k_rshapes[s].ndim;
+            for (uint32_t mask = 0; mask < (1u << nd); mask++) {
+                int64_t count = 1, n_out = 1;
+                for (int d = 0; d < nd; d++) {
+                    if ((mask >> d) & 1u)
+                        count *= k_rshapes[s].sizes[d];
+                    else
+                        n_out *= k_rshapes[s].sizes[d];
+                }
+                /* inf and negative orders have no identity (refusals()). */
+                if ((isinf(ord) || ord < 0) && count == 0 && n_out > 0)
+                    continue;
+                if (nd == 4 && mask % 3 != 0)
+                    continue;
+                /* Every pair on the small shapes, a rotating third elsewhere. */
+                for (int p = 0; p < NP; p++, rot++) {
+                    if (n_out * count > 64 && (p + (int)mask) % 3 != 0)
+                        continue;
+                    run_norm(ord, pairs[p][0], pairs[p][1], nd, k_rshapes[s].sizes, mask,
+                             rot % L_COUNT, (rot / 4) % 2 ? L_GAP : L_CONTIG, rot % 3 != 0);
+                }
+            }
+        }
+    }
+}
+
+/* Hand-made rows, f64 in and out, with their known norms. */
+static void norm_known(void) {
+    static const struct {
+        double ord;
+        double x[4];
+        double want;
+    } rows[] = {
+        {2, {3, -4, 0, -0.0}, 5},
+        {1, {3, -4, 0.5, -0.0}, 7.5},
+        {INFINITY, {3, -4, 0.5, 2}, 4},
+        {-INFINITY, {3, -4, -0.5, 2}, 0.5},
+        {0, {0, -0.0, 3, NAN}, 2},
+        {0, {0, -0.0, 0, 0}, 0},
+        {-1, {2, -2, 4, 4}, 1 / 1.5},    /* 1 / (1/2 + 1/2 + 1/4 + 1/4) */
+        {-1, {2, 0, 4, 4}, 0},           /* a zero: 1 / inf */
+        {-1, {2, INFINITY, 2, INFINITY}, 1},
+        {2, {1, INFINITY, NAN, 1}, NAN}, /* NaN beats inf */
+        {2, {1, -INFINITY, 2, 1}, INFINITY},
+        {INFINITY, {1, NAN, 9, INFINITY}, NAN},
+        {-INFINITY, {1, NAN, 9, 0}, NAN},
+        {-INFINITY, {1, -INFINITY, 9, 7}, 1},
+        {3.5, {2, -2, 0, 0}, 0}, /* (2 * 2^3.5)^(1/3.5) = 2 * 2^(1/3.5), set below */
+        {0.5, {1, 4, 0, 9}, 36}, /* (1 + 2 + 0 + 3)^2 */
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        double x[4], out[1] = {-7};
+        memcpy(x, rows[k].x, sizeof x);
+        double want = rows[k].want;
+        if (rows[k].ord == 3.5)
+            want = pow(2.0, 1 / 3.5) * 2;
+        tpu_op op;
+        memset(&op, 0, sizeof op);
+        op.code = TPU_OP_REDUCE;
+        op.fn = TPU_REDUCE_NORM;
+        op.n_in = 1;
+        op.in[0] = (tpu_tensor){.data = x, .sizes = {4}, .strides = {1}, .ndim = 1, .dtype = F64,
+                                .storage = x, .storage_nbytes = sizeof x};
+        op.out = (tpu_tensor){.data = out, .sizes = {1}, .strides = {1}, .ndim = 1, .dtype = F64,
+                              .storage = out, .storage_nbytes = sizeof out};
+        op.p.reduce.mask = 1;
+        op.p.reduce.ord = rows[k].ord;
+        CHECK_OK(tpu_op_check(&op));
+        CHECK_OK(tpu_op_run(&op, 0, 1));
+        bool ok = close_to(out[0], want, 8 * 0x1p-52 * fabs(want));
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "    known norm row %zu (ord %g): got %.17g, want %.17g\n", k,
+                    rows[k].ord, out[0], want);
     }
 }
 
@@ -705,6 +923,49 @@ static void refusals(void) {
                   "out dtype int8 is not supported (bool or uint8)");
     op.out.dtype = U8;
     CHECK_OK(tpu_op_check(&op));
+    /* NORM: a float out, a number for the order; inf and negative orders
+     * need elements (PyTorch: "does not have an identity") unless out is
+     * empty too; the other orders give 0 over none. */
+    op = base;
+    op.fn = TPU_REDUCE_NORM;
+    for (int oi = 0; oi < N_ORDS; oi++) {
+        op.p.reduce.ord = k_ords[oi];
+        CHECK_OK(tpu_op_check(&op));
+    }
+    op.p.reduce.ord = NAN;
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "order is NaN");
+    op.p.reduce.ord = 2;
+    static const tpu_dtype not_float[] = {I8, I16, I32, I64, U8, BOOL};
+    for (size_t i = 0; i < sizeof not_float / sizeof not_float[0]; i++) {
+        op.out.dtype = not_float[i];
+        CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "is not supported (a norm is floating)");
+    }
+    op.out.dtype = F64;
+    CHECK_OK(tpu_op_check(&op));
+    op.in[0].dtype = I32; /* an integer input into a float out is fine */
+    CHECK_OK(tpu_op_check(&op));
+    op = base;
+    op.fn = TPU_REDUCE_NORM;
+    op.in[0].sizes[1] = 0; /* [3, 0] reduced over dim 1: three empty rows */
+    static const double empty_ok[] = {2, 1, 0, 3.5, 0.5};
+    for (size_t i = 0; i < sizeof empty_ok / sizeof empty_ok[0]; i++) {
+        op.p.reduce.ord = empty_ok[i];
+        CHECK_OK(tpu_op_check(&op));
+    }
+    op.p.reduce.ord = INFINITY;
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "a norm of order inf over zero elements");
+    op.p.reduce.ord = -INFINITY;
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "a norm of order -inf over zero elements");
+    op.p.reduce.ord = -1;
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "a norm of order -1 over zero elements");
+    op.p.reduce.ord = -0.5;
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "no identity");
+    op.in[0].sizes[0] = op.out.sizes[0] = 0; /* nothing to write: fine */
+    op.p.reduce.ord = INFINITY;
+    CHECK_OK(tpu_op_check(&op));
+    op.p.reduce.ord = -1;
+    CHECK_OK(tpu_op_check(&op));
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_REDUCE, TPU_REDUCE_NORM), "invalid") != 0);
     /* Shapes: out of another rank, a kept dim of another size, a mask
      * beyond the rank. */
     op = base;
@@ -790,7 +1051,9 @@ static void refusals(void) {
 int main(void) {
     refusals();
     reduce_known();
+    norm_known();
     test_reductions();
+    test_norm();
     test_tri();
     test_integers();
     printf("reduce, tril/triu, integers: %d cases x %d modes x %d thread counts\n", g_cases,

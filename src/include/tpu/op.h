@@ -241,8 +241,8 @@ typedef enum {
     TPU_REDUCE_ALL,     /* 1 if every element is nonzero (1 over zero elements); likewise */
     TPU_REDUCE_NORM,    /* vector norm of order p.reduce.ord in f64: (sum |x|^ord)^(1/ord); ord 2
                          * as sqrt(sum x*x), 1 as sum |x|, inf as max |x|, -inf as min |x|, 0 as the
-                         * count of nonzeros; float out; 0 over zero elements (inf/-inf: need
-                         * elements) */
+                         * count of nonzeros; float out; 0 over zero elements (inf and
+                         * negative orders, -inf too: need elements) */
     TPU_REDUCE_COUNT
 } tpu_reduce_fn;
 
