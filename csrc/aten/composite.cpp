@@ -6,12 +6,16 @@
 #include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ScalarOps.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/addbmm_ops.h>
+#include <ATen/ops/baddbmm_ops.h>
 #include <ATen/core/Reduction.h>
 #include <torch/library.h>
 
 #include <bitset>
 #include <cmath>
 
+#include "core/fallback.h"
 #include "core/glue.h"
 
 namespace torch_tpu {
@@ -179,6 +183,157 @@ at::Tensor pow_scalar(S base, T exponent) { return at::pow(at::native::wrapped_s
 
 at::Tensor& pow_scalar_out(S base, T exponent, at::Tensor& out) {
   const at::Tensor r = pow_scalar(base, exponent);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+// norm (the legacy name): linalg_vector_norm, p defaulting to 2.
+at::Tensor norm_dims(T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim,
+                     std::optional<at::ScalarType> dtype) {
+  return at::linalg_vector_norm(self, p.value_or(2), dim, keepdim, dtype);
+}
+
+at::Tensor& norm_out(T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim,
+                     at::Tensor& out) {
+  const at::Tensor r = norm_dims(self, p, dim, keepdim, std::nullopt);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor& norm_dtype_out(T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim,
+                           at::ScalarType dtype, at::Tensor& out) {
+  const at::Tensor r = norm_dims(self, p, dim, keepdim, dtype);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+// baddbmm / addbmm on bmm: beta * self + alpha * (the batched products, or
+// their sum over the batch), in f32 for f16/bf16 and rounded once, as
+// PyTorch's CPU kernel; beta == 0 ignores self, NaN included. Integer
+// batches take the CPU kernel (its integer alpha and beta), as mm's.
+at::Tensor bmm_combine(T self, const at::Tensor& prod, at::ScalarType out_type, S beta, S alpha) {
+  at::Tensor r = alpha.toComplexDouble() != 1.0 ? prod.mul(alpha) : prod;
+  if (beta.toComplexDouble() != 0.0) r = r.add(self.to(r.scalar_type()).mul(beta));
+  return r.to(out_type);
+}
+
+at::ScalarType compute_type(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+}
+
+at::Tensor baddbmm_impl(T self, T b1, T b2, S beta, S alpha) {
+  if (!at::isFloatingType(b1.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::baddbmm>::call(self, b1, b2, beta, alpha);
+  const at::ScalarType ct = compute_type(b1.scalar_type());
+  const at::Tensor prod = at::bmm(b1.to(ct), b2.to(ct));
+  return bmm_combine(self, prod, b1.scalar_type(), beta, alpha).expand(prod.sizes()).contiguous();
+}
+
+at::Tensor& baddbmm_out(T self, T b1, T b2, S beta, S alpha, at::Tensor& out) {
+  const at::Tensor r = baddbmm_impl(self, b1, b2, beta, alpha);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor addbmm_impl(T self, T b1, T b2, S beta, S alpha) {
+  if (!at::isFloatingType(b1.scalar_type()))
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::addbmm>::call(self, b1, b2, beta, alpha);
+  const at::ScalarType ct = compute_type(b1.scalar_type());
+  const at::Tensor prod = at::bmm(b1.to(ct), b2.to(ct)).sum(0);
+  return bmm_combine(self, prod, b1.scalar_type(), beta, alpha).expand(prod.sizes()).contiguous();
+}
+
+at::Tensor& addbmm_out(T self, T b1, T b2, S beta, S alpha, at::Tensor& out) {
+  const at::Tensor r = addbmm_impl(self, b1, b2, beta, alpha);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+// The other distributions, from the chip's uniform draws (inverse CDFs)
+// or its normal ones: same seed, same numbers, like every tpu random op.
+at::Tensor& exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
+  TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  self.uniform_(0.0, 1.0, gen);
+  return self.copy_(self.neg().log1p().div(-lambd));  // -log(1 - u) / lambda
+}
+
+at::Tensor& cauchy_(at::Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
+  TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
+  self.uniform_(0.0, 1.0, gen);
+  return self.copy_(self.sub(0.5).mul(M_PI).tan().mul(sigma).add(median));
+}
+
+at::Tensor& log_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+  self.normal_(mean, std, gen);
+  return self.exp_();
+}
+
+at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+  at::Tensor u = at::empty(self.sizes(), self.options().dtype(at::kDouble));
+  u.uniform_(0.0, 1.0, gen);
+  return self.copy_(u.neg().log1p().div(std::log1p(-p)).ceil().clamp_min(1));  // ceil(log(1-u) / log(1-p))
+}
+
+// linalg.cross along dim: (a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0).
+at::Tensor linalg_cross_impl(T self, T other, int64_t dim) {
+  TORCH_CHECK(self.dim() == other.dim(), "linalg.cross: inputs must have the same number of dimensions.");
+  const auto [a, b] = at::expand_outplace(self, other);
+  const int64_t d = at::maybe_wrap_dim(dim, a->dim());
+  TORCH_CHECK(a->size(d) == 3, "linalg.cross: inputs dimension ", dim, " must have length 3. Got ", a->size(d),
+              " and ", b->size(d));
+  const auto at = [&](const at::Tensor& t, int64_t i) { return t.narrow(d, i, 1); };
+  return at::cat({at(*a, 1) * at(*b, 2) - at(*a, 2) * at(*b, 1), at(*a, 2) * at(*b, 0) - at(*a, 0) * at(*b, 2),
+                  at(*a, 0) * at(*b, 1) - at(*a, 1) * at(*b, 0)}, d);
+}
+
+at::Tensor& linalg_cross_out(T self, T other, int64_t dim, at::Tensor& out) {
+  const at::Tensor r = linalg_cross_impl(self, other, dim);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+// Nearest upsampling as gathers: output position i reads input
+// floor(i * scale), scale = 1 / scale_factor if given, else in / out (as
+// PyTorch's nearest, not nearest-exact).
+at::Tensor nearest_along(const at::Tensor& x, int64_t dim, int64_t out_size, std::optional<double> scale) {
+  const int64_t in_size = x.size(dim);
+  const double s = scale.has_value() && *scale > 0 ? 1.0 / *scale
+                                                   : static_cast<double>(in_size) / static_cast<double>(out_size);
+  const at::Tensor src = at::arange(out_size, x.options().dtype(at::kFloat))
+                             .mul(static_cast<float>(s)).floor().clamp_max(in_size - 1).to(at::kLong);
+  return x.index_select(dim, src);
+}
+
+at::Tensor upsample_nearest1d_impl(T self, at::IntArrayRef output_size, std::optional<double> scale) {
+  TORCH_CHECK(output_size.size() == 1 && self.dim() == 3, "upsample_nearest1d: expected a 3-d input and one size");
+  return nearest_along(self, 2, output_size[0], scale);
+}
+
+at::Tensor upsample_nearest2d_impl(T self, at::IntArrayRef output_size, std::optional<double> scale_h,
+                              std::optional<double> scale_w) {
+  TORCH_CHECK(output_size.size() == 2 && self.dim() == 4, "upsample_nearest2d: expected a 4-d input and two sizes");
+  return nearest_along(nearest_along(self, 2, output_size[0], scale_h), 3, output_size[1], scale_w);
+}
+
+at::Tensor& upsample_nearest1d_out(T self, at::IntArrayRef output_size, std::optional<double> scale,
+                                   at::Tensor& out) {
+  const at::Tensor r = upsample_nearest1d_impl(self, output_size, scale);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor& upsample_nearest2d_out(T self, at::IntArrayRef output_size, std::optional<double> scale_h,
+                                   std::optional<double> scale_w, at::Tensor& out) {
+  const at::Tensor r = upsample_nearest2d_impl(self, output_size, scale_h, scale_w);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
   return out;
@@ -373,6 +528,30 @@ at::Tensor adaptive_avg_pool2d_backward(T grad, T self) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("norm.ScalarOpt_dim", [](T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim) {
+    return norm_dims(self, p, dim, keepdim, std::nullopt);
+  });
+  m.impl("norm.ScalarOpt_dim_dtype", [](T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim,
+                                        bool keepdim, at::ScalarType dtype) {
+    return norm_dims(self, p, dim, keepdim, dtype);
+  });
+  m.impl("norm.Scalar", [](T self, S p) { return at::linalg_vector_norm(self, p); });
+  m.impl("norm.out", norm_out);
+  m.impl("norm.dtype_out", norm_dtype_out);
+  m.impl("baddbmm", baddbmm_impl);
+  m.impl("baddbmm.out", baddbmm_out);
+  m.impl("addbmm", addbmm_impl);
+  m.impl("addbmm.out", addbmm_out);
+  m.impl("exponential_", exponential_);
+  m.impl("cauchy_", cauchy_);
+  m.impl("log_normal_", log_normal_);
+  m.impl("geometric_", geometric_);
+  m.impl("linalg_cross", linalg_cross_impl);
+  m.impl("linalg_cross.out", linalg_cross_out);
+  m.impl("upsample_nearest1d", upsample_nearest1d_impl);
+  m.impl("upsample_nearest1d.out", upsample_nearest1d_out);
+  m.impl("upsample_nearest2d", upsample_nearest2d_impl);
+  m.impl("upsample_nearest2d.out", upsample_nearest2d_out);
   m.impl("clamp.Tensor", clamp_tensor);
   m.impl("clamp.Tensor_out", clamp_tensor_out);
   m.impl("clamp_.Tensor", clamp_tensor_);

@@ -121,12 +121,14 @@ static tpu_status advanced_ref(const tpu_op *op, int ith, int nth) {
     /* tpu_k_iter walks at most TPU_K_MAX_OPERANDS operands: out, src and
      * two indices; more indices are walked by a second iterator. */
     tpu_k_iter a, b;
-    int na = n + 2 <= TPU_K_MAX_OPERANDS ? n + 2 : TPU_K_MAX_OPERANDS;
+    int na = n + 2 <= TPU_K_MAX_OPERANDS ? n + 2 : TPU_K_MAX_OPERANDS, nb = n + 2 - na;
     tpu_k_iter_init(&a, o->ndim, o->sizes, na, strides, start);
-    tpu_k_iter_init(&b, o->ndim, o->sizes, n + 2 - na, strides + na, start);
+    memset(&b, 0, sizeof b); /* walked only when it has operands (n > 2) */
+    if (nb > 0)
+        tpu_k_iter_init(&b, o->ndim, o->sizes, nb, strides + na, start);
     const size_t es = tpu_dtype_size(o->dtype);
     const bool float_out = tpu_dtype_is_float(o->dtype), acc = put && op->p.index.accumulate;
-    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&a), tpu_k_iter_next(&b)) {
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&a), nb > 0 ? tpu_k_iter_next(&b) : (void)0) {
         int64_t off[TPU_OP_MAX_IN - 1];
         for (int k = 0; k < n; k++)
             off[k] = 2 + k < na ? a.off[2 + k] : b.off[2 + k - na];

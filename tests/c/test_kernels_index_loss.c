@@ -10,12 +10,14 @@
  * double sum of the gradient rows each weight row receives (skipping
  * padding_idx; divided by the row's count with scale_by_freq), within one
  * rounding of out's dtype per added row; rows nobody names must be
- * exactly 0.
+ * exactly 0. scale_by_freq counts rows in scratch (W int64): refused
+ * without it.
  *
  * LOSS NLL_FORWARD and NLL_BACKWARD against the definitions in op.h, for
- * every reduction, with and without class weights, ignore_index inside
- * and outside [0, C), a 1-d input with a 0-d target, and the all-ignored
- * mean (0 / 0: NaN).
+ * every reduction, with and without class weights, int64, int32 and
+ * uint8 targets (uint8 read unsigned: 255 is a class, not -1),
+ * ignore_index inside and outside [0, C), a 1-d input with a 0-d target,
+ * and the all-ignored mean (0 / 0: NaN).
  *
  * Index values outside [0, size), negative ones too, must make tpu_op_run
  * return TPU_ERR_INDEX with a message naming the value. Every valid
