@@ -675,7 +675,9 @@ static void run_histc(tpu_dtype idt, tpu_dtype odt, int64_t n, int64_t bins, dou
         switch (r % 8) {
         case 0: v = lo; break;
         case 1: v = hi; break;
-        case 2: v = lo + w * (double)(r % (uint64_t)(bins + 1)) / (double)bins; break; /* edges */
+        case 2: /* the bin edges */
+            v = bins ? lo + w * (double)(r % (uint64_t)(bins + 1)) / (double)bins : lo;
+            break;
         case 3: v = r % 2 ? lo - 1 - t_unit() * w : hi + 1 + t_unit() * w; break;
         case 4: v = t_is_float(idt) && r % 3 == 0 ? NAN : nextafter(hi, lo); break;
         default: v = lo + w * t_unit(); break;
