@@ -24,6 +24,13 @@ namespace {
 using T = const at::Tensor&;
 using S = const c10::Scalar&;
 
+// out= of a composed op: resized as PyTorch resizes out=, then filled.
+at::Tensor& assign_out(at::Tensor& out, const at::Tensor& result) {
+  at::native::resize_output(out, result.sizes());
+  out.copy_(result);
+  return out;
+}
+
 // ---- variance and standard deviation: in f64 (PyTorch's CPU kernels
 // accumulate float in double), divided by max(N - correction, 0).
 
@@ -76,9 +83,7 @@ template <bool Sqrt>
 at::Tensor& var_out(T self, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction, bool keepdim,
                     at::Tensor& out) {
   const at::Tensor r = std::get<0>(var_mean_impl(self, dim, correction, keepdim, Sqrt, Sqrt ? "std" : "var"));
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 // ---- element-wise compositions.
@@ -99,9 +104,7 @@ at::Tensor& logaddexp_out(T self, T other, at::Tensor& out) {
   const at::Tensor m = at::maximum(a, b), d = (a - b).abs().neg();
   at::Tensor r = Base2 ? m + d.exp2().log1p().mul(1.0 / std::log(2.0)) : m + d.exp().log1p();
   r = at::where(a.eq(b).logical_and(a.isinf()), a, r);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 template <bool Base2>
@@ -124,9 +127,7 @@ at::Tensor& round_decimals_out(T self, int64_t decimals, at::Tensor& out) {
     const at::Tensor p = at::scalar_tensor(ten_pow, at::TensorOptions().dtype(self.scalar_type()));
     r = decimals > 0 ? self.mul(p).round().div(p) : self.div(p).round().mul(p);
   }
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 at::Tensor round_decimals(T self, int64_t decimals) {
@@ -160,9 +161,7 @@ at::Tensor& clamp_tensor_out(T self, const std::optional<at::Tensor>& min, const
   at::Tensor r = self;
   if (has_min) r = at::maximum(r, *min);
   if (has_max) r = at::minimum(r, *max);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 at::Tensor clamp_tensor(T self, const std::optional<at::Tensor>& min, const std::optional<at::Tensor>& max) {
@@ -183,9 +182,7 @@ at::Tensor pow_scalar(S base, T exponent) { return at::pow(at::native::wrapped_s
 
 at::Tensor& pow_scalar_out(S base, T exponent, at::Tensor& out) {
   const at::Tensor r = pow_scalar(base, exponent);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 // norm (the legacy name): linalg_vector_norm, p defaulting to 2.
@@ -197,17 +194,13 @@ at::Tensor norm_dims(T self, const std::optional<c10::Scalar>& p, at::IntArrayRe
 at::Tensor& norm_out(T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim,
                      at::Tensor& out) {
   const at::Tensor r = norm_dims(self, p, dim, keepdim, std::nullopt);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 at::Tensor& norm_dtype_out(T self, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim,
                            at::ScalarType dtype, at::Tensor& out) {
   const at::Tensor r = norm_dims(self, p, dim, keepdim, dtype);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 // baddbmm / addbmm on bmm: beta * self + alpha * (the batched products, or
@@ -234,9 +227,7 @@ at::Tensor baddbmm_impl(T self, T b1, T b2, S beta, S alpha) {
 
 at::Tensor& baddbmm_out(T self, T b1, T b2, S beta, S alpha, at::Tensor& out) {
   const at::Tensor r = baddbmm_impl(self, b1, b2, beta, alpha);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 at::Tensor addbmm_impl(T self, T b1, T b2, S beta, S alpha) {
@@ -249,9 +240,7 @@ at::Tensor addbmm_impl(T self, T b1, T b2, S beta, S alpha) {
 
 at::Tensor& addbmm_out(T self, T b1, T b2, S beta, S alpha, at::Tensor& out) {
   const at::Tensor r = addbmm_impl(self, b1, b2, beta, alpha);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 // The other distributions, from the chip's uniform draws (inverse CDFs)
@@ -295,9 +284,7 @@ at::Tensor linalg_cross_impl(T self, T other, int64_t dim) {
 
 at::Tensor& linalg_cross_out(T self, T other, int64_t dim, at::Tensor& out) {
   const at::Tensor r = linalg_cross_impl(self, other, dim);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 // Nearest upsampling as gathers: output position i reads input
@@ -326,17 +313,13 @@ at::Tensor upsample_nearest2d_impl(T self, at::IntArrayRef output_size, std::opt
 at::Tensor& upsample_nearest1d_out(T self, at::IntArrayRef output_size, std::optional<double> scale,
                                    at::Tensor& out) {
   const at::Tensor r = upsample_nearest1d_impl(self, output_size, scale);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 at::Tensor& upsample_nearest2d_out(T self, at::IntArrayRef output_size, std::optional<double> scale_h,
                                    std::optional<double> scale_w, at::Tensor& out) {
   const at::Tensor r = upsample_nearest2d_impl(self, output_size, scale_h, scale_w);
-  at::native::resize_output(out, r.sizes());
-  out.copy_(r);
-  return out;
+  return assign_out(out, r);
 }
 
 // ---- shape compositions.

@@ -142,12 +142,7 @@ at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Ten
   op.p.index.padding_idx = padding_idx;
   op.p.index.scale_by_freq = scale_grad_by_freq;
   // scale_grad_by_freq counts each row's uses in device scratch.
-  at::Tensor scratch;
-  if (const int64_t bytes = tpu_op_scratch_bytes(&op); bytes > 0) {
-    scratch = at::empty({bytes}, out.options().dtype(at::kByte));
-    op.scratch = scratch.data_ptr();
-    op.scratch_nbytes = bytes;
-  }
+  const at::Tensor scratch = attach_scratch(op, out);
   submit(out.device().index(), op, name);
   return out;
 }

@@ -141,13 +141,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
     if (dw.defined()) op.aux[0] = describe(dw.view({n}), name);
     if (db.defined()) op.aux[1] = describe(db.view({n}), name);
     // The parameter gradients' column sums keep per-block partials in
-    // device scratch, taken for the current stream (see reduce.cpp).
-    at::Tensor scratch;
-    if (const int64_t bytes = tpu_op_scratch_bytes(&op); bytes > 0) {
-      scratch = at::empty({bytes}, input.options().dtype(at::kByte));
-      op.scratch = scratch.data_ptr();
-      op.scratch_nbytes = bytes;
-    }
+    // device scratch (attach_scratch).
+    const at::Tensor scratch = attach_scratch(op, input);
     submit(input.device().index(), op, name);
   }
   return {mask[0] ? dx : at::Tensor(), dw, db};

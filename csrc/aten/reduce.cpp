@@ -95,15 +95,7 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
   op.in[0] = describe(self, k.name);
   op.p.reduce.mask = mask;
   op.p.reduce.ord = ord;
-  // A split reduction keeps its partial sums in device scratch, taken for
-  // the current stream: freeing it right after submitting is safe, as only
-  // later work on this stream can reuse the block.
-  at::Tensor scratch;
-  if (const int64_t bytes = tpu_op_scratch_bytes(&op); bytes > 0) {
-    scratch = at::empty({bytes}, self.options().dtype(at::kByte));
-    op.scratch = scratch.data_ptr();
-    op.scratch_nbytes = bytes;
-  }
+  const at::Tensor scratch = attach_scratch(op, self);
   submit(self.device().index(), op, k.name);
 }
 

@@ -39,12 +39,7 @@ void sort_into(tpu_sort_fn fn, const char* name, const at::Tensor& self, int64_t
   op.aux[0] = describe(ix1, name);
   op.p.sort.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, self.dim()));
   op.p.sort.descending = descending;
-  at::Tensor scratch;
-  if (const int64_t bytes = tpu_op_scratch_bytes(&op); bytes > 0) {
-    scratch = at::empty({bytes}, self.options().dtype(at::kByte));
-    op.scratch = scratch.data_ptr();
-    op.scratch_nbytes = bytes;
-  }
+  const at::Tensor scratch = attach_scratch(op, self);
   submit(self.device().index(), op, name);
   if (fresh) {
     copy_tensor(values, v, false);

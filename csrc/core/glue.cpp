@@ -40,6 +40,15 @@ void check_same_device(const char* op, const c10::Device& device,
                 t->device(), "! (when checking argument for argument ", what, " in method ", op, ")");
 }
 
+at::Tensor attach_scratch(tpu_op& op, const at::Tensor& like) {
+  const int64_t bytes = tpu_op_scratch_bytes(&op);
+  if (bytes <= 0) return {};
+  at::Tensor scratch = at::empty({bytes}, like.options().dtype(at::kByte));
+  op.scratch = scratch.data_ptr();
+  op.scratch_nbytes = bytes;
+  return scratch;
+}
+
 void ensure_runtime() { TPU_CHECK_STATUS(tpu_runtime_init()); }
 
 c10::DeviceIndex chip_count() noexcept {

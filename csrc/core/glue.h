@@ -98,6 +98,12 @@ void describe_elementwise(const char* op, std::initializer_list<const at::Tensor
 void for_each_describable_slice(const std::vector<at::Tensor>& tensors,
                                 const std::function<void(const std::vector<at::Tensor>&)>& fn);
 
+// Gives `op` the device scratch it asks for (tpu_op_scratch_bytes), taken
+// from the chip's allocator for the current stream; returns the tensor
+// that owns it (undefined when none is needed). Freeing it right after
+// submitting is safe: stream order keeps the block for this op.
+at::Tensor attach_scratch(tpu_op& op, const at::Tensor& like);
+
 // Submits an op to the current stream of `chip` under a static name
 // ("aten::add.out") used in kernel error messages.
 void submit(c10::DeviceIndex chip, tpu_op& op, const char* name);
