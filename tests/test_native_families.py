@@ -601,3 +601,34 @@ def test_composed_factories_and_2d_losses():
     y, idx = F.max_pool2d(x, 2, return_indices=True)
     check(F.max_unpool2d(y, idx, 2), F.max_unpool2d(y.to("tpu"), idx.to("tpu"), 2))
     grads_match(lambda v: F.adaptive_avg_pool2d(v, (3, 5)), x)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_regression_losses_and_bce(reduction):
+    x, y = randn(4, 5), randn(4, 5, seed=1)
+    grads_match(lambda a: F.mse_loss(a, y.to(a.device), reduction=reduction), x)
+    grads_match(lambda a: F.smooth_l1_loss(a, y.to(a.device), reduction=reduction, beta=0.7), x)
+    grads_match(lambda a: F.smooth_l1_loss(a, y.to(a.device), reduction=reduction, beta=0.0), x)
+    p = torch.rand(4, 5, generator=torch.Generator().manual_seed(2)) * 0.98 + 0.01
+    t = torch.rand(4, 5, generator=torch.Generator().manual_seed(3))
+    w = torch.rand(5, generator=torch.Generator().manual_seed(4))
+    grads_match(lambda a: F.binary_cross_entropy(a, t.to(a.device), reduction=reduction), p)
+    grads_match(lambda a: F.binary_cross_entropy(a, t.to(a.device), weight=w.to(a.device), reduction=reduction), p)
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        F.binary_cross_entropy(torch.full((2,), 1.5, device="tpu"), torch.zeros(2, device="tpu"))
+
+
+@pytest.mark.parametrize("poison", [None, float("inf"), float("nan")])
+def test_grad_scaler_ops_match_cpu(poison):
+    results = []
+    for dev in ("cpu", "tpu"):
+        grads = [randn(3, 4).to(dev), randn(5, seed=1).to(dev)]
+        if poison is not None:
+            grads[1][2] = poison
+        found, inv = torch.zeros(1, device=dev), torch.full((1,), 0.25, device=dev)
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+        scale, tracker = torch.full((1,), 1024.0, device=dev), torch.full((1,), 1, dtype=torch.int32, device=dev)
+        torch._amp_update_scale_(scale, tracker, found, 2.0, 0.5, 2)
+        results.append(grads + [found, scale, tracker])
+    for c, t in zip(*results):
+        check(c, t)

@@ -322,6 +322,86 @@ at::Tensor& upsample_nearest2d_out(T self, at::IntArrayRef output_size, std::opt
   return assign_out(out, r);
 }
 
+// ---- losses of element-wise differences (PyTorch's Reduction: 0 none,
+// 1 mean, 2 sum), with their backwards.
+
+at::Tensor reduce_loss(const at::Tensor& l, int64_t reduction) {
+  if (reduction == at::Reduction::Mean) return l.mean();
+  if (reduction == at::Reduction::Sum) return l.sum();
+  return l;
+}
+
+// d(loss)/d(element): the incoming gradient, divided by N for a mean.
+at::Tensor loss_grad_scale(T grad, T self, int64_t reduction) {
+  return reduction == at::Reduction::Mean ? grad / static_cast<double>(std::max<int64_t>(self.numel(), 1)) : grad;
+}
+
+at::Tensor mse_loss_impl(T self, T target, int64_t reduction) {
+  const at::Tensor d = self - target;
+  return reduce_loss(d * d, reduction);
+}
+
+at::Tensor mse_loss_backward_impl(T grad, T self, T target, int64_t reduction) {
+  return loss_grad_scale(grad, self, reduction) * 2 * (self - target);
+}
+
+// smooth L1: 0.5 d^2 / beta below beta, |d| - 0.5 beta above (L1 at beta 0).
+at::Tensor smooth_l1_loss_impl(T self, T target, int64_t reduction, double beta) {
+  TORCH_CHECK(beta >= 0, "smooth_l1_loss does not support negative values for beta.");
+  const at::Tensor d = (self - target).abs();
+  const at::Tensor l = beta == 0 ? d : at::where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta);
+  return reduce_loss(l, reduction);
+}
+
+at::Tensor smooth_l1_loss_backward_impl(T grad, T self, T target, int64_t reduction, double beta) {
+  const at::Tensor x = self - target;
+  const at::Tensor slope = beta == 0 ? x.sign() : at::where(x.abs() < beta, x / beta, x.sign());
+  return loss_grad_scale(grad, self, reduction) * slope;
+}
+
+// binary cross entropy with PyTorch's log clamp at -100.
+at::Tensor binary_cross_entropy_impl(T self, T target, const std::optional<at::Tensor>& weight, int64_t reduction) {
+  TORCH_CHECK(self.sizes() == target.sizes(), "Using a target size (", target.sizes(), ") that is different to the "
+              "input size (", self.sizes(), ") is deprecated. Please ensure they have the same size.");
+  TORCH_CHECK(self.numel() == 0 || !self.lt(0).logical_or(self.gt(1)).any().item<bool>(),
+              "all elements of input should be between 0 and 1");
+  at::Tensor l = (target * self.log().clamp_min(-100) + (1 - target) * (1 - self).log().clamp_min(-100)).neg();
+  if (weight.has_value() && weight->defined()) l = l * *weight;
+  return reduce_loss(l, reduction);
+}
+
+at::Tensor binary_cross_entropy_backward_impl(T grad, T self, T target, const std::optional<at::Tensor>& weight,
+                                         int64_t reduction) {
+  at::Tensor g = loss_grad_scale(grad, self, reduction) * (self - target) / ((1 - self) * self).clamp_min(1e-12);
+  if (weight.has_value() && weight->defined()) g = g * *weight;
+  return g;
+}
+
+// ---- GradScaler's ops, without a host sync: found_inf becomes 1 if any
+// gradient holds a non-finite value, and every gradient is multiplied by
+// inv_scale; the scale update is a few where()s on the device.
+void amp_unscale_(at::TensorList grads, at::Tensor& found_inf, T inv_scale) {
+  for (const at::Tensor& g : grads) {
+    const at::Tensor bad = g.isfinite().logical_not().any().to(found_inf.scalar_type());
+    found_inf.copy_(at::maximum(found_inf, bad.reshape(found_inf.sizes())));
+    at::Tensor(g).mul_(inv_scale);
+  }
+}
+
+at::Tensor& amp_update_scale_(at::Tensor& scale, at::Tensor& growth_tracker, T found_inf, double growth,
+                              double backoff, int64_t interval) {
+  const at::Tensor found = found_inf.gt(0);
+  const at::Tensor successes = growth_tracker + 1;
+  const at::Tensor grow = found.logical_not().logical_and(successes.eq(interval));
+  const at::Tensor grown = scale * growth;
+  const at::Tensor new_scale =
+      at::where(found, scale * backoff, at::where(grow.logical_and(grown.isfinite()), grown, scale));
+  const at::Tensor new_tracker = at::where(found.logical_or(grow), at::zeros_like(successes), successes);
+  scale.copy_(new_scale);
+  growth_tracker.copy_(new_tracker);
+  return scale;
+}
+
 // ---- shape compositions.
 
 // roll: each dim as two copies (the tail, then the head).
@@ -535,6 +615,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("upsample_nearest1d.out", upsample_nearest1d_out);
   m.impl("upsample_nearest2d", upsample_nearest2d_impl);
   m.impl("upsample_nearest2d.out", upsample_nearest2d_out);
+  m.impl("mse_loss", mse_loss_impl);
+  m.impl("mse_loss.out", [](T self, T target, int64_t reduction, at::Tensor& out) -> at::Tensor& {
+    return assign_out(out, mse_loss_impl(self, target, reduction));
+  });
+  m.impl("mse_loss_backward", mse_loss_backward_impl);
+  m.impl("smooth_l1_loss", smooth_l1_loss_impl);
+  m.impl("smooth_l1_loss.out", [](T self, T target, int64_t reduction, double beta, at::Tensor& out) -> at::Tensor& {
+    return assign_out(out, smooth_l1_loss_impl(self, target, reduction, beta));
+  });
+  m.impl("smooth_l1_loss_backward", smooth_l1_loss_backward_impl);
+  m.impl("binary_cross_entropy", binary_cross_entropy_impl);
+  m.impl("binary_cross_entropy_backward", binary_cross_entropy_backward_impl);
+  m.impl("_amp_foreach_non_finite_check_and_unscale_", amp_unscale_);
+  m.impl("_amp_update_scale_", amp_update_scale_);
   m.impl("clamp.Tensor", clamp_tensor);
   m.impl("clamp.Tensor_out", clamp_tensor_out);
   m.impl("clamp_.Tensor", clamp_tensor_);

@@ -535,6 +535,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Unary, structured.
   TPU_UNARY(m, neg, TPU_UNARY_NEG);
   TPU_UNARY(m, sign, TPU_UNARY_SIGN);
+  TPU_UNARY(m, sgn, TPU_UNARY_SIGN);  // sgn is sign for real tensors
   TPU_UNARY(m, reciprocal, TPU_UNARY_RECIPROCAL);
   TPU_UNARY(m, sqrt, TPU_UNARY_SQRT);
   TPU_UNARY(m, rsqrt, TPU_UNARY_RSQRT);
