@@ -322,6 +322,56 @@ at::Tensor& upsample_nearest2d_out(T self, at::IntArrayRef output_size, std::opt
   return assign_out(out, r);
 }
 
+// ---- small reductions.
+
+at::Tensor trace(T self) {
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  return self.diagonal().sum();
+}
+
+at::Tensor count_nonzero(T self, at::IntArrayRef dims) { return (self != 0).sum(dims); }
+
+// aminmax: PyTorch's meta checks the dim and empty reductions; the two
+// results are amin and amax.
+std::tuple<at::Tensor, at::Tensor> aminmax_impl(T self, std::optional<int64_t> dim, bool keepdim) {
+  if (dim.has_value()) {
+    const int64_t d = at::maybe_wrap_dim(*dim, self.dim());
+    TORCH_CHECK(self.dim() == 0 || self.size(d) != 0, "aminmax(): Expected reduction dim ", d,
+                " to have non-zero size.");
+    return {self.amin(d, keepdim), self.amax(d, keepdim)};
+  }
+  TORCH_CHECK(self.numel() > 0, "aminmax(): cannot compute aminmax over an empty dimension as the operation has ",
+              "no identity.");
+  at::Tensor mn = self.amin(), mx = self.amax();
+  if (keepdim) {
+    const std::vector<int64_t> ones(self.dim(), 1);
+    mn = mn.reshape(ones);
+    mx = mx.reshape(ones);
+  }
+  return {mn, mx};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> aminmax_out(T self, std::optional<int64_t> dim, bool keepdim, at::Tensor& min,
+                                                 at::Tensor& max) {
+  auto [mn, mx] = aminmax_impl(self, dim, keepdim);
+  assign_out(min, mn);
+  assign_out(max, mx);
+  return {min, max};
+}
+
+// angle of a real tensor: pi below 0, else 0, NaN kept (integers give the
+// default float dtype).
+at::Tensor angle_impl(T self) {
+  const at::Tensor x = at::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                           ? self.to(c10::typeMetaToScalarType(c10::get_default_dtype()))
+                           : self;
+  TORCH_CHECK(!x.is_complex(), "angle: complex tensors are not supported on tpu");
+  const at::Tensor pi = at::scalar_tensor(M_PI, x.options()), zero = at::scalar_tensor(0.0, x.options());
+  return at::where(x.isnan(), x, at::where(x < 0, pi, zero));
+}
+
+at::Tensor& angle_out(T self, at::Tensor& out) { return assign_out(out, angle_impl(self)); }
+
 // ---- losses of element-wise differences (PyTorch's Reduction: 0 none,
 // 1 mean, 2 sum), with their backwards.
 
@@ -665,6 +715,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("linspace.out", linspace_out);
   m.impl("logspace.out", logspace_out);
   m.impl("masked_select", masked_select);
+  m.impl("trace", trace);
+  m.impl("count_nonzero.dim_IntList", count_nonzero);
+  m.impl("aminmax", aminmax_impl);
+  m.impl("aminmax.out", aminmax_out);
+  m.impl("angle", angle_impl);
+  m.impl("angle.out", angle_out);
 }
 
 }  // namespace torch_tpu

@@ -34,6 +34,7 @@
 #include <ATen/ops/exp_meta.h>
 #include <ATen/ops/floor_divide_native.h>
 #include <ATen/ops/mish_backward_native.h>
+#include <ATen/ops/logit_native.h>
 #include <ATen/ops/where_native.h>
 #include <ATen/native/TensorCompare.h>
 #include <torch/library.h>
@@ -382,6 +383,48 @@ void nan_to_num_stub(at::TensorIteratorBase& iter, std::optional<double> nan, st
   submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_NAN_TO_NUM, p);
 }
 
+// polygamma(n, x): digamma for n == 0.
+void polygamma_kernel(at::TensorIteratorBase& iter, int64_t n, const at::Tensor&) {
+  EwParams p;
+  p.args[0].i = n;
+  submit_iterator(iter, TPU_OP_UNARY, n == 0 ? TPU_UNARY_DIGAMMA : TPU_UNARY_POLYGAMMA, p);
+}
+
+// hardshrink reads lambda in the tensor's dtype, softshrink in the
+// compute type, as PyTorch's CPU kernels do.
+void hardshrink_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& lambd) {
+  EwParams p;
+  p.args[0] = common_arg(iter, lambd);
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_HARDSHRINK, p);
+}
+
+void softshrink_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const c10::Scalar& lambd) {
+  EwParams p;
+  p.args[0] = opmath_arg(lambd);
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_SOFTSHRINK, p);
+}
+
+void shrink_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                            const c10::Scalar& lambd) {
+  EwParams p;
+  p.args[0] = common_arg(iter, lambd);
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_SHRINK_BACKWARD, p);
+}
+
+// logit and its backward: eps < 0 stands for "no eps".
+void logit_stub(at::TensorIteratorBase& iter, const c10::Scalar& eps) {
+  EwParams p;
+  p.args[0] = opmath_arg(eps);
+  submit_iterator(iter, TPU_OP_UNARY, TPU_UNARY_LOGIT, p);
+}
+
+void logit_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&,
+                           std::optional<double> eps) {
+  EwParams p;
+  p.args[0] = tpu_scalar{eps.value_or(-1.0), 0};
+  submit_iterator(iter, TPU_OP_BINARY, TPU_BINARY_LOGIT_BACKWARD, p);
+}
+
 void hardtanh_backward_stub(at::TensorIterator& iter, const c10::Scalar& min, const c10::Scalar& max) {
   EwParams p;
   p.args = {opmath_arg(min), opmath_arg(max), {}};
@@ -404,6 +447,7 @@ REGISTER_PRIVATEUSE1_DISPATCH(mish_backward_stub, &torch_tpu::binary_stub<TPU_BI
 REGISTER_PRIVATEUSE1_DISPATCH(nan_to_num_stub, &torch_tpu::nan_to_num_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(hardtanh_backward_stub, &torch_tpu::hardtanh_backward_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(div_floor_stub, &torch_tpu::div_floor_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(logit_stub, &torch_tpu::logit_stub)
 }  // namespace at::native
 
 namespace torch_tpu {
@@ -571,6 +615,27 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, silu, TPU_UNARY_SILU);
   TPU_UNARY(m, mish, TPU_UNARY_MISH);
   TPU_UNARY(m, hardsigmoid, TPU_UNARY_HARDSIGMOID);
+  TPU_UNARY(m, sinc, TPU_UNARY_SINC);
+  TPU_UNARY(m, lgamma, TPU_UNARY_LGAMMA);
+  TPU_UNARY(m, digamma, TPU_UNARY_DIGAMMA);
+  TPU_UNARY(m, i0, TPU_UNARY_I0);
+  // Functional and out= forms only (no in-place form in PyTorch).
+#define TPU_FUNCTIONAL_OUT(op, MetaName, kernel, ...)                                        \
+  m.impl(#op, structured_functional<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>); \
+  m.impl(#op ".out", structured_out<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>)
+  TPU_FUNCTIONAL_OUT(signbit, structured_signbit, &unary_kernel<TPU_UNARY_SIGNBIT>, T);
+  TPU_FUNCTIONAL_OUT(special_entr, structured_special_entr, &unary_kernel<TPU_UNARY_ENTR>, T);
+  TPU_FUNCTIONAL_OUT(special_i0e, structured_special_i0e, &unary_kernel<TPU_UNARY_I0E>, T);
+  TPU_FUNCTIONAL_OUT(special_i1, structured_special_i1, &unary_kernel<TPU_UNARY_I1>, T);
+  TPU_FUNCTIONAL_OUT(special_i1e, structured_special_i1e, &unary_kernel<TPU_UNARY_I1E>, T);
+  TPU_FUNCTIONAL_OUT(polygamma, structured_polygamma, &polygamma_kernel, int64_t, T);
+  TPU_FUNCTIONAL_OUT(hardshrink, structured_hardshrink, &hardshrink_kernel, T, S);
+  TPU_FUNCTIONAL_OUT(softshrink, structured_softshrink, &softshrink_kernel, T, S);
+  TPU_FUNCTIONAL_OUT(special_xlog1py, structured_special_xlog1py, &binary_kernel<TPU_BINARY_XLOG1PY>, T, T);
+#undef TPU_FUNCTIONAL_OUT
+  m.impl("logit", at::native::logit);
+  m.impl("logit_", at::native::logit_);
+  m.impl("logit.out", at::native::logit_out);
   m.impl("isposinf", structured_functional<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, "aten::isposinf", T>);
   m.impl("isposinf.out", structured_out<at::meta::structured_isposinf, &unary_kernel<TPU_UNARY_ISPOSINF>, "aten::isposinf", T>);
   m.impl("isneginf", structured_functional<at::meta::structured_isneginf, &unary_kernel<TPU_UNARY_ISNEGINF>, "aten::isneginf", T>);
@@ -623,6 +688,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fmin", structured_functional<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, "aten::fmin", T, T>);
   m.impl("fmin.out", structured_out<at::meta::structured_fmin, &binary_kernel<TPU_BINARY_FMIN>, "aten::fmin", T, T>);
   TPU_STRUCTURED(m, "atan2", structured_atan2, &binary_kernel<TPU_BINARY_ATAN2>, T, T);
+  TPU_STRUCTURED(m, "hypot", structured_hypot, &binary_kernel<TPU_BINARY_HYPOT>, T, T);
+  TPU_STRUCTURED(m, "heaviside", structured_heaviside, &binary_kernel<TPU_BINARY_HEAVISIDE>, T, T);
   TPU_BINARY_OVERLOAD(m, pow, "Tensor_Tensor", structured_pow_Tensor_Tensor, &binary_kernel<TPU_BINARY_POW>, T, T);
   m.impl("pow.Tensor_Scalar", structured_functional<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, "aten::pow", T, S>);
   m.impl("pow_.Scalar", structured_inplace<at::meta::structured_pow_Tensor_Scalar, &pow_scalar_kernel, "aten::pow", S>);
@@ -664,6 +731,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_BACKWARD(threshold_backward, structured_threshold_backward, &threshold_backward_kernel, T, T, S);
   TPU_BACKWARD(leaky_relu_backward, structured_leaky_relu_backward, &leaky_relu_backward_kernel, T, T, S, bool);
   TPU_BACKWARD(softplus_backward, structured_softplus_backward, &softplus_backward_kernel, T, T, S, S);
+  TPU_BACKWARD(hardshrink_backward, structured_hardshrink_backward, &shrink_backward_kernel, T, T, S);
+  TPU_BACKWARD(softshrink_backward, structured_softshrink_backward, &shrink_backward_kernel, T, T, S);
+  TPU_BACKWARD(logit_backward, structured_logit_backward, &logit_backward_kernel, T, T, std::optional<double>);
 #undef TPU_BACKWARD
   // Ternary.
   TPU_STRUCTURED(m, "addcmul", structured_addcmul, &addc_kernel<TPU_TERNARY_ADDCMUL>, T, T, T, S);

@@ -16,6 +16,7 @@
 #include <ATen/ops/index_native.h>
 #include <ATen/ops/scatter_add_native.h>
 #include <ATen/ops/scatter_native.h>
+#include <ATen/ops/scatter_reduce_native.h>
 #include <torch/library.h>
 
 #include "core/glue.h"
@@ -186,6 +187,34 @@ void scatter_fill_stub(const at::Tensor& self, int64_t dim, const at::Tensor& in
   scatter_record(TPU_INDEX_SCATTER_FILL, "aten::scatter", self, dim, index, nullptr, &value);
 }
 
+// The reducing scatters. MEAN adds here; PyTorch's scatter_reduce then
+// divides by the counts (a scatter_add of ones).
+tpu_index_fn reducing_scatter(at::native::ReductionType reduce) {
+  switch (reduce) {
+    case at::native::ReductionType::PROD: return TPU_INDEX_SCATTER_PROD;
+    case at::native::ReductionType::MAX: return TPU_INDEX_SCATTER_AMAX;
+    case at::native::ReductionType::MIN: return TPU_INDEX_SCATTER_AMIN;
+    default: return TPU_INDEX_SCATTER_ADD;
+  }
+}
+
+void scatter_reduce_two_stub(const at::Tensor& self, const int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                             const at::native::ReductionType& reduce) {
+  scatter_record(reducing_scatter(reduce), "aten::scatter_reduce", self, dim, index, &src, nullptr);
+}
+
+// scatter(..., reduce="add" | "multiply"), with a tensor or a value.
+void scatter_reduce_stub(const at::Tensor& self, const int64_t dim, const at::Tensor& index, const at::Tensor& src,
+                         const at::native::ReductionType& reduce) {
+  scatter_record(reducing_scatter(reduce), "aten::scatter", self, dim, index, &src, nullptr);
+}
+
+void scatter_scalar_reduce_stub(const at::Tensor& self, const int64_t dim, const at::Tensor& index,
+                                const c10::Scalar& value, const at::native::ReductionType& reduce) {
+  const at::Tensor src = at::full(index.sizes(), value, self.options());
+  scatter_record(reducing_scatter(reduce), "aten::scatter", self, dim, index, &src, nullptr);
+}
+
 // ---- advanced indexing: the iterator PyTorch builds (out, the source
 // with stride 0 in the indexed dims, the broadcast indices) as one record.
 
@@ -334,6 +363,10 @@ using at::meta::structured_gather;
 using at::native::structured_scatter_add;
 using at::native::structured_scatter_src_out;
 using at::native::structured_scatter_value_out;
+using at::native::structured_scatter_reduce_out;
+using at::native::structured_scatter_value_reduce_out;
+using at::native::structured_scatter_reduce_two;
+using V = c10::string_view;
 
 // A structured op whose PyTorch impl calls the DispatchStubs above: meta,
 // then impl (which copies self into out and scatters into out).
@@ -383,6 +416,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("scatter_add", scatter_functional<structured_scatter_add, "aten::scatter_add", int64_t, T, T>);
   m.impl("scatter_add_", scatter_inplace<structured_scatter_add, "aten::scatter_add_", int64_t, T, T>);
   m.impl("scatter_add.out", scatter_out<structured_scatter_add, "aten::scatter_add", int64_t, T, T>);
+  m.impl("scatter.reduce", scatter_functional<structured_scatter_reduce_out, "aten::scatter", int64_t, T, T, V>);
+  m.impl("scatter_.reduce", scatter_inplace<structured_scatter_reduce_out, "aten::scatter_", int64_t, T, T, V>);
+  m.impl("scatter.reduce_out", scatter_out<structured_scatter_reduce_out, "aten::scatter", int64_t, T, T, V>);
+  m.impl("scatter.value_reduce",
+         scatter_functional<structured_scatter_value_reduce_out, "aten::scatter", int64_t, T, S, V>);
+  m.impl("scatter_.value_reduce",
+         scatter_inplace<structured_scatter_value_reduce_out, "aten::scatter_", int64_t, T, S, V>);
+  m.impl("scatter.value_reduce_out",
+         scatter_out<structured_scatter_value_reduce_out, "aten::scatter", int64_t, T, S, V>);
+  m.impl("scatter_reduce.two",
+         scatter_functional<structured_scatter_reduce_two, "aten::scatter_reduce", int64_t, T, T, V, bool>);
+  m.impl("scatter_reduce_.two",
+         scatter_inplace<structured_scatter_reduce_two, "aten::scatter_reduce_", int64_t, T, T, V, bool>);
+  m.impl("scatter_reduce.two_out",
+         scatter_out<structured_scatter_reduce_two, "aten::scatter_reduce", int64_t, T, T, V, bool>);
 }
 
 }  // namespace torch_tpu
@@ -391,6 +439,9 @@ namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(scatter_stub, &torch_tpu::scatter_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(scatter_add_stub, &torch_tpu::scatter_add_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(scatter_fill_stub, &torch_tpu::scatter_fill_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(scatter_reduce_two_stub, &torch_tpu::scatter_reduce_two_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(scatter_reduce_stub, &torch_tpu::scatter_reduce_stub)
+REGISTER_PRIVATEUSE1_DISPATCH(scatter_scalar_reduce_stub, &torch_tpu::scatter_scalar_reduce_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(index_stub, &torch_tpu::index_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(index_put_stub, &torch_tpu::index_put_stub)
 REGISTER_PRIVATEUSE1_DISPATCH(index_put_with_sort_stub, &torch_tpu::index_put_with_sort_stub)

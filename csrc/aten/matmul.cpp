@@ -7,6 +7,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/addmm_ops.h>
 #include <ATen/ops/addmv_meta.h>
+#include <ATen/ops/addr_native.h>
 #include <ATen/ops/addmv_ops.h>
 #include <ATen/ops/dot_ops.h>
 #include <ATen/ops/bmm_meta.h>
@@ -220,6 +221,37 @@ at::Tensor dot(const at::Tensor& a, const at::Tensor& b) {
 using T = const at::Tensor&;
 using S = const c10::Scalar&;
 
+// addr: beta * self + alpha * outer(vec1, vec2) as one K = 1 product with
+// the bias, so a float result is rounded once, as the CPU kernel computes
+// it in the compute type. With beta == 0 self is ignored (NaN too), as in
+// PyTorch. Mixed or integer dtypes take PyTorch's own composite form.
+at::Tensor& addr_out(T self, T vec1, T vec2, S beta, S alpha, at::Tensor& out) {
+  TORCH_CHECK(vec1.dim() == 1 && vec2.dim() == 1, "addr: Expected 1-D argument vec1 and vec2, but got ",
+              vec1.dim(), "-D and ", vec2.dim(), "-D");
+  const at::ScalarType st = self.scalar_type();
+  if (!native_dtype(st) || vec1.scalar_type() != st || vec2.scalar_type() != st || out.scalar_type() != st) {
+    // (math_addr_out would dispatch back here through at::addr.)
+    const at::Tensor r = at::native::math_addr(self, vec1, vec2, beta, alpha);
+    at::native::resize_output(out, r.sizes());
+    return out.copy_(r);
+  }
+  const int64_t m = vec1.size(0), n = vec2.size(0);
+  const at::Tensor bias = beta.toComplexDouble() != 0.0 ? self.expand({m, n}) : at::zeros({}, self.options());
+  at::native::resize_output(out, {m, n});
+  run_checked("aten::addr", out, vec1.unsqueeze(1), vec2.unsqueeze(0), bias, beta, alpha);
+  return out;
+}
+
+at::Tensor addr(T self, T vec1, T vec2, S beta, S alpha) {
+  const at::ScalarType st = at::promote_types(at::promote_types(self.scalar_type(), vec1.scalar_type()), vec2.scalar_type());
+  at::Tensor out = at::empty({0}, self.options().dtype(st));
+  return addr_out(self, vec1, vec2, beta, alpha, out);
+}
+
+at::Tensor& addr_(at::Tensor& self, T vec1, T vec2, S beta, S alpha) {
+  return addr_out(self, vec1, vec2, beta, alpha, self);
+}
+
 // Integer matrices take the CPU kernel, as mm's.
 at::Tensor addmv(T self, T mat, T vec, S beta, S alpha) {
   if (!native_dtype(mat.scalar_type()))
@@ -238,6 +270,9 @@ at::Tensor& addmv_out(T self, T mat, T vec, S beta, S alpha, at::Tensor& out) {
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("addr", addr);
+  m.impl("addr_", addr_);
+  m.impl("addr.out", addr_out);
   m.impl("addmv", addmv);
   m.impl("addmv.out", addmv_out);
   m.impl("dot", dot);

@@ -5,8 +5,11 @@
 // comes with float32 parameters (mixed precision).
 //
 // Batch norm (native_batch_norm, _native_batch_norm_legit and its backward)
-// is composed of native reductions and element-wise ops, in the dtype of
-// the running statistics (or the weight, or the input), updating the
+// and group norm (native_group_norm and its backward) are composed of
+// native reductions and element-wise ops. Their statistics come in the
+// dtype of the running statistics (or the weight, or the input); they
+// compute in that dtype, or in float32 for float16/bfloat16, rounding the
+// result once as PyTorch's CPU kernels do, and batch norm updates the
 // running statistics in place as PyTorch does.
 #include <ATen/native/layer_norm.h>
 #include <torch/library.h>
@@ -165,6 +168,9 @@ std::vector<int64_t> reduce_dims(const at::Tensor& input) {
   return dims;
 }
 
+// The dtype the composed norms compute in: float32 for half dtypes.
+at::ScalarType compute_dtype(at::ScalarType st) { return is_reduced_float(st) ? at::kFloat : st; }
+
 at::ScalarType stats_dtype(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& running_mean) {
   if (running_mean.defined()) return running_mean.scalar_type();
   if (weight.defined()) return weight.scalar_type();
@@ -182,8 +188,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(const at::Tensor&
                                                                const at::Tensor& running_var, bool training,
                                                                double momentum, double eps) {
   check_batch_norm(input, "native_batch_norm");
-  const at::ScalarType st = stats_dtype(input, weight, running_mean);
-  const at::Tensor x = input.to(st);
+  const at::ScalarType st = stats_dtype(input, weight, running_mean), ct = compute_dtype(st);
+  const at::Tensor x = input.to(ct);
   const int64_t channels = input.size(1);
   for (const at::Tensor* t : {&weight, &bias, &running_mean, &running_var})
     TORCH_CHECK(!t->defined() || t->numel() == channels, "native_batch_norm: expected ", channels,
@@ -198,8 +204,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(const at::Tensor&
     const at::Tensor centered = x - per_channel(mean, input);
     const at::Tensor var = (centered * centered).mean(dims);
     invstd = (var + eps).rsqrt();
-    save_mean = mean;
-    save_invstd = invstd;
+    save_mean = mean.to(st);
+    save_invstd = invstd.to(st);
     if (running_mean.defined()) {
       at::NoGradGuard no_grad;
       running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
@@ -209,14 +215,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batch_norm_impl(const at::Tensor&
   } else {
     TORCH_CHECK(running_mean.defined() && running_var.defined(), "running_mean and running_var must be defined "
                 "in evaluation mode");
-    mean = running_mean.to(st);
-    invstd = (running_var.to(st) + eps).rsqrt();
+    mean = running_mean.to(ct);
+    invstd = (running_var.to(ct) + eps).rsqrt();
     save_mean = at::empty({0}, input.options().dtype(st));
     save_invstd = at::empty({0}, input.options().dtype(st));
   }
-  at::Tensor scale = weight.defined() ? invstd * weight.to(st) : invstd;
+  at::Tensor scale = weight.defined() ? invstd * weight.to(ct) : invstd;
   at::Tensor y = (x - per_channel(mean, input)) * per_channel(scale, input);
-  if (bias.defined()) y = y + per_channel(bias.to(st), input);
+  if (bias.defined()) y = y + per_channel(bias.to(ct), input);
   return {y.to(input.scalar_type()), save_mean, save_invstd};
 }
 
@@ -254,22 +260,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   check_batch_norm(input, "native_batch_norm_backward");
   const at::Tensor weight = value_or_undefined(weight_opt), rm = value_or_undefined(running_mean_opt);
   const at::Tensor rv = value_or_undefined(running_var_opt);
-  const at::ScalarType st = stats_dtype(input, weight, rm);
-  const at::Tensor x = input.to(st), g = grad_out.to(st);
+  const at::ScalarType st = stats_dtype(input, weight, rm), ct = compute_dtype(st);
+  const at::Tensor x = input.to(ct), g = grad_out.to(ct);
   at::Tensor mean, invstd;
   if (train) {
-    mean = value_or_undefined(save_mean_opt).to(st);
-    invstd = value_or_undefined(save_invstd_opt).to(st);
+    mean = value_or_undefined(save_mean_opt).to(ct);
+    invstd = value_or_undefined(save_invstd_opt).to(ct);
   } else {
-    mean = rm.to(st);
-    invstd = (rv.to(st) + eps).rsqrt();
+    mean = rm.to(ct);
+    invstd = (rv.to(ct) + eps).rsqrt();
   }
   const std::vector<int64_t> dims = reduce_dims(input);
   const at::Tensor xhat = (x - per_channel(mean, input)) * per_channel(invstd, input);
   const at::Tensor db = g.sum(dims), dw = (g * xhat).sum(dims);
   at::Tensor dx;
   if (mask[0]) {
-    const at::Tensor scale = weight.defined() ? invstd * weight.to(st) : invstd;
+    const at::Tensor scale = weight.defined() ? invstd * weight.to(ct) : invstd;
     if (train) {
       const double count = static_cast<double>(input.numel() / std::max<int64_t>(input.size(1), 1));
       dx = (g - per_channel(db / count, input) - xhat * per_channel(dw / count, input)) * per_channel(scale, input);
@@ -282,9 +288,76 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_batch_norm_backward(
   return {dx, mask[1] ? dw.to(pt) : at::Tensor(), mask[2] ? db.to(pt) : at::Tensor()};
 }
 
+// ---- group norm: the [N, group, C / group * HxW] rows normalized, then the
+// per-channel affine, in one pass of element-wise ops in the compute dtype.
+// mean and rstd [N, group] come in the input's dtype (float32 for a half
+// input with float32 weight), as on CPU.
+
+at::ScalarType group_stats_dtype(const at::Tensor& input, const at::Tensor& weight) {
+  const bool mixed = is_reduced_float(input.scalar_type()) && weight.defined() && weight.scalar_type() == at::kFloat;
+  return mixed ? at::kFloat : input.scalar_type();
+}
+
+void check_group_norm(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, int64_t n,
+                      int64_t c, int64_t hxw, int64_t group) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(input.scalar_type()), "\"group_norm\" not implemented for '",
+                              input.scalar_type(), "'");
+  TORCH_CHECK(group > 0 && c % group == 0, "Expected number of channels in input to be divisible by num_groups, ",
+              "but got input of shape ", input.sizes(), " and num_groups=", group);
+  TORCH_CHECK(input.numel() == n * c * hxw, "native_group_norm: input of ", input.numel(), " elements is not N * C",
+              " * HxW = ", n, " * ", c, " * ", hxw);
+  for (const at::Tensor* t : {&weight, &bias})
+    TORCH_CHECK(!t->defined() || t->numel() == c, "Expected weight and bias to have ", c, " elements, got ",
+                t->numel());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(const at::Tensor& input,
+                                                                 const std::optional<at::Tensor>& weight_opt,
+                                                                 const std::optional<at::Tensor>& bias_opt, int64_t n,
+                                                                 int64_t c, int64_t hxw, int64_t group, double eps) {
+  const at::Tensor weight = value_or_undefined(weight_opt), bias = value_or_undefined(bias_opt);
+  check_group_norm(input, weight, bias, n, c, hxw, group);
+  const at::ScalarType st = group_stats_dtype(input, weight), ct = compute_dtype(st);
+  const at::Tensor x = input.to(ct).reshape({n, group, -1});
+  const at::Tensor mean = x.mean(-1, /*keepdim=*/true);
+  const at::Tensor centered = x - mean;
+  const at::Tensor rstd = ((centered * centered).mean(-1, /*keepdim=*/true) + eps).rsqrt();
+  at::Tensor y = (centered * rstd).view({n, c, hxw});
+  if (weight.defined()) y = y * weight.to(ct).view({1, c, 1});
+  if (bias.defined()) y = y + bias.to(ct).view({1, c, 1});
+  return {y.view(input.sizes()).to(input.scalar_type()), mean.view({n, group}).to(st), rstd.view({n, group}).to(st)};
+}
+
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) per row, g = dy * weight;
+// dweight and dbias sum over N and HxW.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const std::optional<at::Tensor>& weight_opt, int64_t n, int64_t c, int64_t hxw, int64_t group,
+    std::array<bool, 3> mask) {
+  const at::Tensor weight = value_or_undefined(weight_opt);
+  check_group_norm(input, weight, at::Tensor(), n, c, hxw, group);
+  const at::ScalarType ct = compute_dtype(group_stats_dtype(input, weight));
+  const at::Tensor dy = grad_out.to(ct).reshape({n, c, hxw});
+  const at::Tensor m = mean.to(ct).view({n, group, 1}), r = rstd.to(ct).view({n, group, 1});
+  const at::Tensor xhat = ((input.to(ct).reshape({n, group, -1}) - m) * r).view({n, c, hxw});
+  at::Tensor dx, dw, db;
+  if (mask[0]) {
+    const at::Tensor g = (weight.defined() ? dy * weight.to(ct).view({1, c, 1}) : dy).view({n, group, -1});
+    const at::Tensor xh = xhat.view({n, group, -1});
+    dx = r * (g - g.mean(-1, true) - xh * (g * xh).mean(-1, true));
+    dx = dx.view(input.sizes()).to(input.scalar_type());
+  }
+  const at::ScalarType pt = weight.defined() ? weight.scalar_type() : input.scalar_type();
+  if (mask[1]) dw = (dy * xhat).sum({0, 2}).to(pt);
+  if (mask[2]) db = dy.sum({0, 2}).to(pt);
+  return {dx, dw, db};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("native_group_norm", native_group_norm);
+  m.impl("native_group_norm_backward", native_group_norm_backward);
   m.impl("native_batch_norm", native_batch_norm);
   m.impl("_native_batch_norm_legit", batch_norm_legit);
   m.impl("_native_batch_norm_legit.no_stats", batch_norm_legit_no_stats);

@@ -2,6 +2,7 @@
 // Philox generator (TPU_OP_RANDOM records). Each call takes one fresh offset from the generator, so
 // the values depend on the seed and the call order only.
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
 #include <ATen/core/DistributionsHelper.h>
 #include <torch/library.h>
 
@@ -152,9 +153,79 @@ at::Tensor native_dropout_backward(const at::Tensor& grad, const at::Tensor& mas
   return grad * mask * scale;
 }
 
+// randperm: the positions of n uniform 64-bit keys in a stable sort (equal
+// keys, one chance in 2^64 per pair, keep their order).
+at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor& out) {
+  TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+  const at::ScalarType t = out.scalar_type();
+  TORCH_CHECK(t != at::kBool && !out.is_complex(), "randperm is not implemented for ", t);
+  TORCH_CHECK(n == 0 || n - 1 <= random_max(t), "n is too large for result tensor type: '", t, "'");
+  at::native::resize_output(out, {n});
+  if (n == 0) return out;
+  at::Tensor keys = at::empty({n}, out.options().dtype(at::kLong));
+  run("aten::randperm", TPU_RANDOM_INTEGERS, keys, 0, 0, gen, IntRange{std::numeric_limits<int64_t>::min(), 0});
+  out.copy_(std::get<1>(keys.sort(/*stable=*/true, 0, /*descending=*/false)));
+  return out;
+}
+
+// multinomial: without replacement (and for one sample) the k largest of
+// p / E, E ~ Exp(1) (each category's exponential race, as PyTorch's CPU
+// kernel draws it); with replacement, the inverse of the normalized
+// cumulative sum at uniform draws. The distribution is checked with one
+// host read, as on CPU.
+at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool replacement,
+                            std::optional<at::Generator> gen, at::Tensor& out) {
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "multinomial only supports floating-point dtypes for input, got: ",
+              self.scalar_type());
+  TORCH_CHECK(out.scalar_type() == at::kLong, "multinomial expects Long tensor out, got: ", out.scalar_type());
+  TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");
+  const int64_t n_categories = self.size(-1);
+  TORCH_CHECK(replacement || n_sample <= n_categories,
+              "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  TORCH_CHECK(n_categories <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  sizes.back() = n_sample;
+  at::native::resize_output(out, sizes);
+  if (self.numel() == 0 || out.numel() == 0) return out;
+  const at::Tensor p = self.to(self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  const at::Tensor bad = (p < 0).logical_or_(p.isnan()).logical_or_(p.isinf()).any();
+  TORCH_CHECK(!bad.item<bool>(), "probability tensor contains either `inf`, `nan` or element < 0");
+  const at::Tensor sums = p.sum(-1, /*keepdim=*/true);
+  TORCH_CHECK(!(sums <= 0).any().item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");
+  if (!replacement || n_sample == 1) {
+    if (!replacement)
+      TORCH_CHECK(!((p > 0).sum(-1) < n_sample).any().item<bool>(), "invalid multinomial distribution (with ",
+                  "replacement=False, not enough non-negative category to sample)");
+    at::Tensor e = at::empty_like(p);
+    run("aten::multinomial", TPU_RANDOM_UNIFORM, e, 0, 1, gen);
+    // E = -log(1 - u), u in [0, 1): finite and > 0 except at u = 0.
+    const at::Tensor keys = p / (-(1 - e).log());
+    out.copy_(std::get<1>(keys.topk(n_sample, -1, /*largest=*/true, /*sorted=*/true)));
+    return out;
+  }
+  at::Tensor cdf = (p / sums).cumsum(-1);
+  cdf = cdf / cdf.narrow(-1, n_categories - 1, 1);  // the last is 1, whatever the rounding
+  std::vector<int64_t> usizes(sizes.begin(), sizes.end());
+  at::Tensor u = at::empty(usizes, p.options());
+  run("aten::multinomial", TPU_RANDOM_UNIFORM, u, 0, 1, gen);
+  // The index of a draw: how many cumulative values lie at or below it.
+  const at::Tensor picks = (cdf.unsqueeze(-2) <= u.unsqueeze(-1)).sum(-1);
+  out.copy_(picks.clamp_max(n_categories - 1));
+  return out;
+}
+
+at::Tensor multinomial(const at::Tensor& self, int64_t n_sample, bool replacement, std::optional<at::Generator> gen) {
+  at::Tensor out = at::empty({0}, self.options().dtype(at::kLong));
+  return multinomial_out(self, n_sample, replacement, gen, out);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("randperm.generator_out", randperm_out);
+  m.impl("multinomial", multinomial);
+  m.impl("multinomial.out", multinomial_out);
   m.impl("uniform_", uniform_);
   m.impl("normal_", normal_);
   m.impl("bernoulli_.float", bernoulli_);

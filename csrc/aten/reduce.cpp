@@ -313,6 +313,58 @@ void scan_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, std:
   submit(out.device().index(), rec, name);
 }
 
+// cummax / cummin: PyTorch's composite cummax allocates values and
+// indices (self's sizes) and calls this helper; one SCAN record fills both.
+template <tpu_scan_fn Fn>
+void cum_extreme_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
+  const char* name = Fn == TPU_SCAN_CUMMAX ? "aten::cummax" : "aten::cummin";
+  if (self.numel() == 0) return;
+  check_same_device(name, self.device(), {{"values", &values}, {"indices", &indices}});
+  const auto d1 = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };
+  const at::Tensor src = d1(self), v = d1(values), ix = d1(indices);
+  for (const at::Tensor* t : {&src, &v, &ix}) check_in_storage(*t, name);
+  tpu_op rec{};
+  rec.code = TPU_OP_SCAN;
+  rec.fn = Fn;
+  rec.n_in = 1;
+  rec.n_aux = 1;
+  rec.in[0] = describe(src, name);
+  rec.out = describe(v, name);
+  rec.aux[0] = describe(ix, name);
+  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src.dim()));
+  submit(self.device().index(), rec, name);
+}
+
+// logcumsumexp: floats only, as on CPU; the result has self's dtype.
+at::Tensor& logcumsumexp_out(const at::Tensor& self, int64_t dim, at::Tensor& out) {
+  const char* name = "aten::logcumsumexp";
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"logcumsumexp_out_cpu\" not implemented for '",
+              self.scalar_type(), "'");
+  at::native::resize_output(out, self.sizes());
+  if (self.numel() == 0) return out;
+  check_same_device(name, self.device(), {{"out", &out}});
+  const auto d1 = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };
+  const bool fresh = out.is_alias_of(self) || !out.is_non_overlapping_and_dense();
+  at::Tensor dst = fresh ? at::empty_like(self, at::MemoryFormat::Contiguous) : out;
+  const at::Tensor src = d1(self), dst1 = d1(dst);
+  for (const at::Tensor* t : {&src, &dst1}) check_in_storage(*t, name);
+  tpu_op rec{};
+  rec.code = TPU_OP_SCAN;
+  rec.fn = TPU_SCAN_LOGCUMSUMEXP;
+  rec.n_in = 1;
+  rec.in[0] = describe(src, name);
+  rec.out = describe(dst1, name);
+  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src.dim()));
+  submit(self.device().index(), rec, name);
+  if (fresh) out.copy_(dst);
+  return out;
+}
+
+at::Tensor logcumsumexp(const at::Tensor& self, int64_t dim) {
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  return logcumsumexp_out(self, dim, out);
+}
+
 // isin: whether each element equals any test element, as native ops. Few
 // comparisons (at most 2^24): the elements against the test elements,
 // or-ed. Many: sort the test elements and the elements together (tests
@@ -489,6 +541,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("linalg_vector_norm.out", structured_out<at::meta::structured_linalg_vector_norm, &vector_norm_kernel,
                                                   "aten::linalg_vector_norm", T, const c10::Scalar&, Dims, bool,
                                                   OptDtype>);
+  m.impl("_cummax_helper", cum_extreme_helper<TPU_SCAN_CUMMAX>);
+  m.impl("_cummin_helper", cum_extreme_helper<TPU_SCAN_CUMMIN>);
+  m.impl("_logcumsumexp", logcumsumexp);
+  m.impl("_logcumsumexp.out", logcumsumexp_out);
   m.impl("max", full_minmax<kAmax>);
   m.impl("min", full_minmax<kAmin>);
 }

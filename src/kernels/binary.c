@@ -139,6 +139,13 @@ static double bin_transcendental(tpu_binary_fn fn, double a, double b) {
     switch (fn) {
     case TPU_BINARY_POW: return pow(a, b);
     case TPU_BINARY_ATAN2: return atan2(a, b);
+    case TPU_BINARY_HYPOT: return hypot(a, b);
+    case TPU_BINARY_XLOG1PY: {
+        /* One NaN whatever the operand order the compiler picks (NaN a
+         * times a NaN log1p gives either operand's sign bit). */
+        double r = b != b ? b : a == 0.0 ? 0.0 : a * log1p(b);
+        return r != r ? NAN : r;
+    }
     default: return NAN;
     }
 }
@@ -170,6 +177,14 @@ static double bin_smooth_backward(tpu_binary_fn fn, double g, double x) {
     }
 }
 
+/* logit's derivative g / (x (1 - x)) in f64: NaN outside [0, 1] without
+ * eps (eps < 0), 0 outside [eps, 1 - eps] with it. */
+static double logit_backward(double g, double x, double eps) {
+    if (eps < 0.0)
+        return x < 0.0 || x > 1.0 ? NAN : g / (x * (1.0 - x));
+    return x < eps || x > 1.0 - eps ? 0.0 : g / (x * (1.0 - x));
+}
+
 /* The f32 compute of f32/f16/bf16 commons, for functions with a float
  * result. */
 static inline float bin_f32(const bin_ctx *c, float a, float b) {
@@ -193,7 +208,15 @@ static inline float bin_f32(const bin_ctx *c, float a, float b) {
             return r;
         return (float)bin_transcendental(c->fn, a, b);
     }
-    case TPU_BINARY_ATAN2: return (float)bin_transcendental(c->fn, a, b);
+    case TPU_BINARY_ATAN2:
+    case TPU_BINARY_HYPOT:
+    case TPU_BINARY_XLOG1PY: return (float)bin_transcendental(c->fn, a, b);
+    case TPU_BINARY_HEAVISIDE: return a == 0.0f ? b : (float)(a > 0.0f);
+    case TPU_BINARY_SHRINK_BACKWARD: {
+        const float l = (float)c->a0.f;
+        return b >= -l && b <= l ? 0.0f : a;
+    }
+    case TPU_BINARY_LOGIT_BACKWARD: return (float)logit_backward(a, b, c->a0.f);
     case TPU_BINARY_REMAINDER: {
         float m = fmodf(a, b);
         return m != 0.0f && ((b < 0.0f) != (m < 0.0f)) ? m + b : m;
@@ -238,7 +261,12 @@ static inline double bin_f64(const bin_ctx *c, double a, double b) {
             return r;
         return bin_transcendental(c->fn, a, b);
     }
-    case TPU_BINARY_ATAN2: return bin_transcendental(c->fn, a, b);
+    case TPU_BINARY_ATAN2:
+    case TPU_BINARY_HYPOT:
+    case TPU_BINARY_XLOG1PY: return bin_transcendental(c->fn, a, b);
+    case TPU_BINARY_HEAVISIDE: return a == 0.0 ? b : (double)(a > 0.0);
+    case TPU_BINARY_SHRINK_BACKWARD: return b >= -c->a0.f && b <= c->a0.f ? 0.0 : a;
+    case TPU_BINARY_LOGIT_BACKWARD: return logit_backward(a, b, c->a0.f);
     case TPU_BINARY_REMAINDER: {
         double m = fmod(a, b);
         return m != 0.0 && ((b < 0.0) != (m < 0.0)) ? m + b : m;
@@ -315,6 +343,7 @@ static inline bool bin_i64(const bin_ctx *c, int64_t a, int64_t b, int64_t *out)
         return true;
     }
     case TPU_BINARY_THRESHOLD: *out = a <= c->a0.i ? c->a1.i : b; return true;
+    case TPU_BINARY_HEAVISIDE: *out = a == 0 ? b : a > 0; return true;
     default: break;
     }
     /* DIV, REMAINDER, FMOD. */
@@ -344,6 +373,7 @@ static inline bool bin_bool(const bin_ctx *c, bool a, bool b) {
     case TPU_BINARY_FMAX:
     case TPU_BINARY_BITWISE_OR: return a || b;
     case TPU_BINARY_BITWISE_XOR: return a != b;
+    case TPU_BINARY_HEAVISIDE: return a || b; /* a == 0 ? b : a > 0 */
     default: return a && b; /* MUL, MINIMUM, FMIN, BITWISE_AND */
     }
 }

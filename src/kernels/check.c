@@ -576,7 +576,10 @@ static tpu_status check_index(const tpu_op *op) {
     switch (op->fn) {
     case TPU_INDEX_SCATTER:
     case TPU_INDEX_SCATTER_ADD:
-    case TPU_INDEX_SCATTER_FILL: return check_scatter(op);
+    case TPU_INDEX_SCATTER_FILL:
+    case TPU_INDEX_SCATTER_PROD:
+    case TPU_INDEX_SCATTER_AMAX:
+    case TPU_INDEX_SCATTER_AMIN: return check_scatter(op);
     case TPU_INDEX_ADVANCED: return check_advanced(op, "in[0]", src);
     case TPU_INDEX_ADVANCED_PUT:
         if (op->p.index.accumulate && o->dtype == TPU_DTYPE_BOOL)
@@ -695,8 +698,21 @@ static tpu_status check_scan(const tpu_op *op) {
     if (op->p.scan.dim < 0 || op->p.scan.dim >= op->out.ndim)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: dim %d is out of range for %d dims", name,
                              (int)op->p.scan.dim, (int)op->out.ndim);
-    if (op->out.dtype == TPU_DTYPE_BOOL)
+    const bool extreme = op->fn == TPU_SCAN_CUMMAX || op->fn == TPU_SCAN_CUMMIN;
+    if (op->out.dtype == TPU_DTYPE_BOOL && !extreme)
         return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype bool is not supported", name);
+    if (op->fn == TPU_SCAN_LOGCUMSUMEXP && !tpu_dtype_is_float(op->out.dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s is not a float", name,
+                             tpu_dtype_name(op->out.dtype));
+    if (extreme) {
+        const tpu_tensor *ix = &op->aux[0];
+        bool same = ix->ndim == op->out.ndim;
+        for (int32_t d = 0; same && d < ix->ndim; d++)
+            same = ix->sizes[d] == op->out.sizes[d];
+        if (op->out.dtype != op->in[0].dtype || ix->dtype != TPU_DTYPE_I64 || !same)
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: values must have in[0]'s dtype and "
+                                 "indices be int64 of out's sizes", name);
+    }
     return TPU_OK;
 }
 
@@ -791,6 +807,7 @@ static int aux_count(const tpu_op *op) {
     case TPU_OP_NORM: return 2;
     case TPU_OP_LOSS: return op->fn == TPU_LOSS_NLL_FORWARD ? 1 : 0;
     case TPU_OP_SORT: return 1;
+    case TPU_OP_SCAN: return op->fn == TPU_SCAN_CUMMAX || op->fn == TPU_SCAN_CUMMIN ? 1 : 0;
     case TPU_OP_WINDOW: return op->fn == TPU_WINDOW_MAX_POOL ? 1 : 0;
     default: return 0;
     }

@@ -23,6 +23,7 @@
 #define TPU_K_SQRT2 1.41421356237309504880
 #define TPU_K_SQRT1_2 0.70710678118654752440
 #define TPU_K_2_SQRTPI 1.12837916709551257390
+#define TPU_K_PI 3.14159265358979323846
 
 /* The compute types, by common dtype. */
 typedef enum { EW_F32, EW_F64, EW_I64, EW_BOOL } tpu_k_ew_compute;

@@ -165,6 +165,19 @@ tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth);
 int64_t tpu_k_sort_scratch_bytes(const tpu_op *op);
 
+/* Special functions in f64 (special.c), with PyTorch's special values:
+ * log |Gamma(x)|; digamma (+-inf at 0 by the sign of zero, NaN at the
+ * negative integers); polygamma psi^(n) for n >= 0; the Hurwitz zeta
+ * function zeta(s, q) (inf at s == 1 and at the non-positive integer q,
+ * NaN for s < 1 or a negative q with a non-integer s); the modified Bessel
+ * function I_nu, nu 0 or 1, times e^-|x| when scaled (unscaled: NaN at +-inf,
+ * as PyTorch gives). */
+double tpu_k_lgamma(double x);
+double tpu_k_digamma(double x);
+double tpu_k_polygamma(int64_t n, double x);
+double tpu_k_zeta(double s, double q);
+double tpu_k_bessel_i(int nu, double x, bool scaled);
+
 /* Reads an int64, int32 or uint8 index element. */
 static inline int64_t tpu_k_load_index(const void *p, tpu_dtype dt) {
     if (dt == TPU_DTYPE_U8)

@@ -81,6 +81,19 @@ static const tpu_k_fn_row k_unary[] = {
     [TPU_UNARY_ISNEGINF] = {"isneginf", TPU_K_TAKES_ANY, true},
     [TPU_UNARY_LOGICAL_NOT] = {"logical_not", TPU_K_TAKES_ANY, true},
     [TPU_UNARY_BITWISE_NOT] = {"bitwise_not", TPU_K_TAKES_INT_BOOL, false},
+    [TPU_UNARY_SIGNBIT] = {"signbit", TPU_K_TAKES_NOT_BOOL, true},
+    [TPU_UNARY_SINC] = {"sinc", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LOGIT] = {"logit", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_HARDSHRINK] = {"hardshrink", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_SOFTSHRINK] = {"softshrink", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_ENTR] = {"special_entr", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_LGAMMA] = {"lgamma", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_DIGAMMA] = {"digamma", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_POLYGAMMA] = {"polygamma", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_I0] = {"i0", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_I0E] = {"special_i0e", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_I1] = {"special_i1", TPU_K_TAKES_FLOAT, false},
+    [TPU_UNARY_I1E] = {"special_i1e", TPU_K_TAKES_FLOAT, false},
 };
 _Static_assert(sizeof k_unary / sizeof k_unary[0] == TPU_UNARY_COUNT,
                "every tpu_unary_fn needs a name");
@@ -114,6 +127,9 @@ static const tpu_k_fn_row k_binary[] = {
     [TPU_BINARY_BITWISE_XOR] = {"bitwise_xor", TPU_K_TAKES_INT_BOOL, false},
     [TPU_BINARY_LSHIFT] = {"lshift", TPU_K_TAKES_INT, false},
     [TPU_BINARY_RSHIFT] = {"rshift", TPU_K_TAKES_INT, false},
+    [TPU_BINARY_HYPOT] = {"hypot", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_XLOG1PY] = {"special_xlog1py", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_HEAVISIDE] = {"heaviside", TPU_K_TAKES_ANY, false},
     [TPU_BINARY_THRESHOLD] = {"threshold", TPU_K_TAKES_NOT_BOOL, false},
     [TPU_BINARY_SIGMOID_BACKWARD] = {"sigmoid_backward", TPU_K_TAKES_FLOAT, false},
     [TPU_BINARY_TANH_BACKWARD] = {"tanh_backward", TPU_K_TAKES_FLOAT, false},
@@ -126,6 +142,8 @@ static const tpu_k_fn_row k_binary[] = {
     [TPU_BINARY_HARDSIGMOID_BACKWARD] = {"hardsigmoid_backward", TPU_K_TAKES_FLOAT, false},
     [TPU_BINARY_SOFTPLUS_BACKWARD] = {"softplus_backward", TPU_K_TAKES_FLOAT, false},
     [TPU_BINARY_HARDTANH_BACKWARD] = {"hardtanh_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_SHRINK_BACKWARD] = {"shrink_backward", TPU_K_TAKES_FLOAT, false},
+    [TPU_BINARY_LOGIT_BACKWARD] = {"logit_backward", TPU_K_TAKES_FLOAT, false},
 };
 _Static_assert(sizeof k_binary / sizeof k_binary[0] == TPU_BINARY_COUNT,
                "every tpu_binary_fn needs a name");
@@ -182,6 +200,9 @@ static const char *const k_index_names[] = {[TPU_INDEX_SELECT] = "index_select",
                                             [TPU_INDEX_SCATTER] = "scatter",
                                             [TPU_INDEX_SCATTER_ADD] = "scatter_add",
                                             [TPU_INDEX_SCATTER_FILL] = "scatter_fill",
+                                            [TPU_INDEX_SCATTER_PROD] = "scatter_prod",
+                                            [TPU_INDEX_SCATTER_AMAX] = "scatter_amax",
+                                            [TPU_INDEX_SCATTER_AMIN] = "scatter_amin",
                                             [TPU_INDEX_ADVANCED] = "index",
                                             [TPU_INDEX_ADVANCED_PUT] = "index_put",
                                             [TPU_INDEX_NONZERO] = "nonzero"};
@@ -193,7 +214,10 @@ _Static_assert(sizeof k_loss_names / sizeof k_loss_names[0] == TPU_LOSS_COUNT,
                "every tpu_loss_fn needs a name");
 
 static const char *const k_scan_names[] = {[TPU_SCAN_CUMSUM] = "cumsum",
-                                           [TPU_SCAN_CUMPROD] = "cumprod"};
+                                           [TPU_SCAN_CUMPROD] = "cumprod",
+                                           [TPU_SCAN_CUMMAX] = "cummax",
+                                           [TPU_SCAN_CUMMIN] = "cummin",
+                                           [TPU_SCAN_LOGCUMSUMEXP] = "logcumsumexp"};
 _Static_assert(sizeof k_scan_names / sizeof k_scan_names[0] == TPU_SCAN_COUNT,
                "every tpu_scan_fn needs a name");
 

@@ -27,10 +27,40 @@ static bool index_in_range(const tpu_op *op, int64_t v, int64_t size) {
     return false;
 }
 
+/* *dst = *dst (op) *from for the reducing scatters, in out's dtype: floats
+ * through f64 (each step rounded on store, as PyTorch's CPU kernel rounds
+ * each step in the dtype), integers wrapping, bool as logic. A NaN wins an
+ * amax or amin. */
+static void combine(int32_t fn, tpu_dtype dt, char *dst, const char *from) {
+    if (dt == TPU_DTYPE_BOOL) {
+        bool a = tpu_k_load_bool(dst, dt), b = tpu_k_load_bool(from, dt);
+        bool any = fn == TPU_INDEX_SCATTER_ADD || fn == TPU_INDEX_SCATTER_AMAX;
+        tpu_k_store_bool(dst, dt, any ? a || b : a && b);
+    } else if (tpu_dtype_is_float(dt)) {
+        double a = tpu_k_load_f64(dst, dt), b = tpu_k_load_f64(from, dt), r;
+        switch (fn) {
+        case TPU_INDEX_SCATTER_ADD: r = a + b; break;
+        case TPU_INDEX_SCATTER_PROD: r = a * b; break;
+        case TPU_INDEX_SCATTER_AMAX: r = b != b || a != a ? (b != b ? b : a) : (a < b ? b : a); break;
+        default: r = b != b || a != a ? (b != b ? b : a) : (a > b ? b : a); break;
+        }
+        tpu_k_store_f64(dst, dt, r);
+    } else {
+        int64_t a = tpu_k_load_i64(dst, dt), b = tpu_k_load_i64(from, dt), r;
+        switch (fn) {
+        case TPU_INDEX_SCATTER_ADD: r = tpu_k_u64_to_i64((uint64_t)a + (uint64_t)b); break;
+        case TPU_INDEX_SCATTER_PROD: r = tpu_k_u64_to_i64((uint64_t)a * (uint64_t)b); break;
+        case TPU_INDEX_SCATTER_AMAX: r = a < b ? b : a; break;
+        default: r = a > b ? b : a; break;
+        }
+        tpu_k_store_i64(dst, dt, r);
+    }
+}
+
 static tpu_status scatter_ref(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *src = &op->in[0], *idx = &op->in[1];
     const int32_t dim = op->p.index.dim;
-    const bool fill = op->fn == TPU_INDEX_SCATTER_FILL, add = op->fn == TPU_INDEX_SCATTER_ADD;
+    const bool fill = op->fn == TPU_INDEX_SCATTER_FILL;
     const int64_t len = idx->sizes[dim], size = o->sizes[dim];
     int64_t line_sizes[TPU_MAX_DIMS];
     for (int32_t d = 0; d < idx->ndim; d++)
@@ -64,18 +94,10 @@ static tpu_status scatter_ref(const tpu_op *op, int ith, int nth) {
                 return TPU_ERR_INDEX;
             char *dst = tpu_k_ptr(o, it.off[0] + k * o->strides[dim]);
             const char *from = fill ? value : tpu_k_ptr(src, it.off[1] + j * src->strides[dim]);
-            if (!add)
+            if (op->fn == TPU_INDEX_SCATTER || fill)
                 memcpy(dst, from, es);
-            else if (o->dtype == TPU_DTYPE_BOOL)
-                tpu_k_store_bool(dst, o->dtype,
-                                 tpu_k_load_bool(dst, o->dtype) || tpu_k_load_bool(from, o->dtype));
-            else if (float_out)
-                tpu_k_store_f64(dst, o->dtype,
-                                tpu_k_load_f64(dst, o->dtype) + tpu_k_load_f64(from, o->dtype));
             else
-                tpu_k_store_i64(dst, o->dtype,
-                                tpu_k_u64_to_i64((uint64_t)tpu_k_load_i64(dst, o->dtype) +
-                                                 (uint64_t)tpu_k_load_i64(from, o->dtype)));
+                combine(op->fn, o->dtype, dst, from);
         }
     }
     return TPU_OK;

@@ -136,6 +136,29 @@ static double un_f64(tpu_unary_fn fn, double x, const tpu_scalar *args) {
     }
     case TPU_UNARY_NAN_TO_NUM:
         return x != x ? args[0].f : x == INFINITY ? args[1].f : x == -INFINITY ? args[2].f : x;
+    case TPU_UNARY_SINC: {
+        if (x == 0.0)
+            return 1.0;
+        double px = TPU_K_PI * x;
+        return sin(px) / px;
+    }
+    case TPU_UNARY_LOGIT: {
+        double eps = args[0].f;
+        if (eps >= 0.0)
+            x = x < eps ? eps : x > 1.0 - eps ? 1.0 - eps : x; /* NaN stays NaN */
+        return log(x / (1.0 - x));
+    }
+    case TPU_UNARY_HARDSHRINK: return x >= -args[0].f && x <= args[0].f ? 0.0 : x;
+    case TPU_UNARY_SOFTSHRINK:
+        return x > args[0].f ? x - args[0].f : x < -args[0].f ? x + args[0].f : x * 0.0;
+    case TPU_UNARY_ENTR: return x != x ? x : x > 0.0 ? -x * log(x) : x == 0.0 ? 0.0 : -INFINITY;
+    case TPU_UNARY_LGAMMA: return tpu_k_lgamma(x);
+    case TPU_UNARY_DIGAMMA: return tpu_k_digamma(x);
+    case TPU_UNARY_POLYGAMMA: return tpu_k_polygamma(args[0].i, x);
+    case TPU_UNARY_I0: return tpu_k_bessel_i(0, x, false);
+    case TPU_UNARY_I0E: return tpu_k_bessel_i(0, x, true);
+    case TPU_UNARY_I1: return tpu_k_bessel_i(1, x, false);
+    case TPU_UNARY_I1E: return tpu_k_bessel_i(1, x, true);
     default: return NAN; /* -> bool functions and BITWISE_NOT: see un_to_bool, un_i64 */
     }
 }
@@ -159,6 +182,14 @@ static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
     case TPU_UNARY_LEAKY_RELU: return x > 0.0f ? x : x * (float)args[0].f;
     case TPU_UNARY_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
     case TPU_UNARY_HARDSIGMOID: return x != x ? x : fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case TPU_UNARY_HARDSHRINK: {
+        const float l = (float)args[0].f;
+        return x >= -l && x <= l ? 0.0f : x;
+    }
+    case TPU_UNARY_SOFTSHRINK: {
+        const float l = (float)args[0].f;
+        return x > l ? x - l : x < -l ? x + l : x * 0.0f;
+    }
     default: return (float)un_f64(fn, x, args);
     }
 }
@@ -171,6 +202,7 @@ static bool un_to_bool(tpu_unary_fn fn, double x) {
     case TPU_UNARY_ISINF: return x == INFINITY || x == -INFINITY;
     case TPU_UNARY_ISPOSINF: return x == INFINITY;
     case TPU_UNARY_ISNEGINF: return x == -INFINITY;
+    case TPU_UNARY_SIGNBIT: return signbit(x);
     default: return x == 0.0; /* LOGICAL_NOT */
     }
 }
@@ -238,7 +270,7 @@ tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth) {
         case EW_I64: {
             int64_t x = tpu_k_ew_load_i64(px, a->dtype, cm);
             if (to_bool)
-                tpu_k_store_bool(po, odt, un_to_bool(fn, (double)(x != 0)));
+                tpu_k_store_bool(po, odt, un_to_bool(fn, (double)x));
             else
                 tpu_k_store_i64(po, odt, tpu_k_ew_wrap(un_i64(fn, x, args), cm));
             break;

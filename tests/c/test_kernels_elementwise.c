@@ -394,6 +394,25 @@ static const fspec k_un[] = {
     UB(ISNEGINF),
     UB(LOGICAL_NOT),
     U(BITWISE_NOT, TK_INT_BOOL, DM_ANY, 0, 0, 0, false),
+    {TPU_UNARY_SIGNBIT, TK_NOT_BOOL, true, DM_ANY, 0, 0, 0, 0, false, false},
+    /* sinc near its zeros and logit near 1/2 are good to eps absolute
+     * (the rounding of pi x, of x / (1 - x)). */
+    U(SINC, TK_FLOAT, DM_ANY, 1, 2, 2, false),
+    U(LOGIT, TK_FLOAT, DM_SIG, 1, 2, 2, false),
+    U(HARDSHRINK, TK_FLOAT, DM_ANY, 0, 0, 0, true),
+    U(SOFTSHRINK, TK_FLOAT, DM_ANY, 0, 0, 0, false),
+    U(ENTR, TK_FLOAT, DM_ANY, 1, 2, 0, false),
+    /* The special functions: f64 methods good to a few ulps of the terms
+     * that cancel (mag), references by other methods. Bessel functions of
+     * huge arguments: only inf and NaN (the reference's quadrature needs
+     * moderate ones). */
+    U(LGAMMA, TK_FLOAT, DM_ANY, 1, 4, 2, false),
+    U(DIGAMMA, TK_FLOAT, DM_ANY, 1, 16, 8, false),
+    U(POLYGAMMA, TK_FLOAT, DM_ANY, 1, 64, 8, false),
+    {TPU_UNARY_I0, TK_FLOAT, false, DM_ANY, 0, 1, 16, 0, false, true},
+    {TPU_UNARY_I0E, TK_FLOAT, false, DM_ANY, 0, 1, 16, 0, false, true},
+    {TPU_UNARY_I1, TK_FLOAT, false, DM_ANY, 0, 1, 16, 0, false, true},
+    {TPU_UNARY_I1E, TK_FLOAT, false, DM_ANY, 0, 1, 16, 0, false, true},
 };
 _Static_assert(sizeof k_un / sizeof k_un[0] == TPU_UNARY_COUNT, "a row per unary function");
 
@@ -427,6 +446,9 @@ static const fspec k_bin[] = {
     B(BITWISE_XOR, TK_INT_BOOL, DM_ANY, DM_ANY, 0, 0, 0, false, false),
     B(LSHIFT, TK_INT, DM_ANY, DM_SHIFT, 0, 0, 0, false, false),
     B(RSHIFT, TK_INT, DM_ANY, DM_SHIFT, 0, 0, 0, false, false),
+    B(HYPOT, TK_FLOAT, DM_ANY, DM_ANY, 1, 2, 0, false, false), /* the reference scales: a few roundings */
+    B(XLOG1PY, TK_FLOAT, DM_ANY, DM_LOG1P, 1, 2, 0, false, false),
+    B(HEAVISIDE, TK_ANY, DM_ANY, DM_ANY, 0, 0, 0, false, false),
     B(THRESHOLD, TK_NOT_BOOL, DM_ANY, DM_ANY, 0, 0, 0, false, false),
     /* The backward formulas: a few f32 operations in PyTorch's order
      * (a * (1 - y) * y, a * (1 - y * y), ...), where 1 - y and 1 - y*y
@@ -444,6 +466,8 @@ static const fspec k_bin[] = {
      * operations: relative error up to |b * beta| * eps. */
     B(SOFTPLUS_BACKWARD, TK_FLOAT, DM_ANY, DM_ANY, 2, 2, 1, false, true),
     B(HARDTANH_BACKWARD, TK_FLOAT, DM_ANY, DM_ANY, 0, 0, 0, false, false),
+    B(SHRINK_BACKWARD, TK_FLOAT, DM_ANY, DM_ANY, 0, 0, 0, false, false),
+    B(LOGIT_BACKWARD, TK_FLOAT, DM_ANY, DM_SIG, 1, 4, 0, false, false),
 };
 _Static_assert(sizeof k_bin / sizeof k_bin[0] == TPU_BINARY_COUNT, "a row per binary function");
 
@@ -459,6 +483,10 @@ static int n_params(bool binary, int fn, tpu_dtype cm) {
         case TPU_UNARY_ELU:
         case TPU_UNARY_NAN_TO_NUM: return 2;
         case TPU_UNARY_CLAMP: return f ? 8 : 4;
+        case TPU_UNARY_LOGIT:
+        case TPU_UNARY_SOFTSHRINK:
+        case TPU_UNARY_HARDSHRINK: return 2;
+        case TPU_UNARY_POLYGAMMA: return 3;
         default: return 1;
         }
     }
@@ -469,7 +497,9 @@ static int n_params(bool binary, int fn, tpu_dtype cm) {
     case TPU_BINARY_THRESHOLD:
     case TPU_BINARY_LEAKY_RELU_BACKWARD:
     case TPU_BINARY_SOFTPLUS_BACKWARD:
-    case TPU_BINARY_HARDTANH_BACKWARD: return 2;
+    case TPU_BINARY_HARDTANH_BACKWARD:
+    case TPU_BINARY_SHRINK_BACKWARD:
+    case TPU_BINARY_LOGIT_BACKWARD: return 2;
     default: return 1;
     }
 }
@@ -496,6 +526,10 @@ static void set_params(tpu_op *op, bool binary, int fn, tpu_dtype cm, int k) {
             a[1] = sc(k ? 1.0507 : 1, 0);
             a[2] = sc(k ? 2 : 1, 0);
             break;
+        case TPU_UNARY_LOGIT: a[0] = sc(k ? 0.125 : -1, 0); break;
+        case TPU_UNARY_SOFTSHRINK:
+        case TPU_UNARY_HARDSHRINK: a[0] = sc(k ? 1.5 : 0.5, 0); break;
+        case TPU_UNARY_POLYGAMMA: a[0] = sc(0, k + 1); break;
         case TPU_UNARY_NAN_TO_NUM:
             if (k == 0) {
                 double mx = fmt_max(cm);
@@ -554,6 +588,8 @@ static void set_params(tpu_op *op, bool binary, int fn, tpu_dtype cm, int k) {
         a[0] = sc(k ? -0.5 : -1, 0);
         a[1] = sc(k ? 2 : 1, 0);
         break;
+    case TPU_BINARY_SHRINK_BACKWARD: a[0] = sc(k ? 1.5 : 0.5, 0); break;
+    case TPU_BINARY_LOGIT_BACKWARD: a[0] = sc(k ? 0.125 : -1, 0); break;
     default: break;
     }
 }
@@ -597,6 +633,75 @@ static double my_softplus(double z) { /* log(1 + e^z), stable */
 
 static double my_sigmoid(double x) {
     return x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x));
+}
+
+/* digamma by recurrence up to x >= 30 and eight terms of the asymptotic
+ * series; reflection through cos / sin. *mag: the size of the terms. */
+static double ref_digamma(double x, double *mag) {
+    *mag = 1;
+    if (x == 0)
+        return x == 0 && signbit(x) ? INFINITY : -INFINITY;
+    if (isnan(x) || (x < 0 && x == floor(x)))
+        return NAN;
+    if (isinf(x))
+        return INFINITY;
+    double r = 0;
+    if (x < 0) {
+        double f = x - nearbyint(x); /* exact, and pi f accurate next to the poles */
+        r = -K_PI * cos(K_PI * f) / sin(K_PI * f);
+        *mag += fabs(r);
+        x = 1 - x;
+    }
+    while (x < 30) {
+        r -= 1 / x;
+        *mag += 1 / x;
+        x += 1;
+    }
+    double z = 1 / (x * x);
+    double ser = z * (1.0 / 12 - z * (1.0 / 120 - z * (1.0 / 252 - z * (1.0 / 240 - z * (1.0 / 132)))));
+    *mag += log(x);
+    return r + log(x) - 0.5 / x - ser;
+}
+
+/* psi^(n)(x) = (-1)^(n+1) n! sum_k (x + k)^-(n+1): 400 terms directly,
+ * then the Euler-Maclaurin tail (three corrections). */
+static double ref_polygamma(int n, double x) {
+    if (isnan(x))
+        return x;
+    if (x <= 0 && x == floor(x))
+        return n % 2 ? INFINITY : -INFINITY; /* PyTorch: the sign times zeta's inf */
+    if (isinf(x))
+        return 0;
+    double s = n + 1, sum = 0, fact = 1;
+    for (int i = 2; i <= n; i++)
+        fact *= i;
+    int k = 0;
+    for (; k < 400; k++)
+        sum += pow(x + k, -s);
+    double a = x + k;
+    sum += pow(a, 1 - s) / (s - 1) + 0.5 * pow(a, -s) + s * pow(a, -s - 1) / 12 -
+           s * (s + 1) * (s + 2) * pow(a, -s - 3) / 720;
+    return (n % 2 ? 1 : -1) * fact * sum;
+}
+
+/* I_nu(x) (times e^-|x| when scaled) by the trapezoid rule on
+ * (1/pi) int_0^pi e^(x cos t) cos(nu t) dt, exact to f64 for a periodic
+ * analytic integrand with enough points (|x| up to a few tens). */
+static double ref_bessel_i(int nu, double x, bool scaled) {
+    if (isnan(x))
+        return x;
+    if (isinf(x))
+        return scaled ? (nu && x < 0 ? -0.0 : 0.0) : NAN; /* PyTorch's value at +-inf */
+    /* The integrand as cosh (nu 0) or sinh(x cos t) cos t (nu 1): terms of
+     * one sign, so the sum has no cancellation. */
+    const int n = 256;
+    double sum = 0, shift = scaled ? fabs(x) : 0;
+    for (int i = 0; i <= n; i++) {
+        double t = K_PI * i / n, w = (i == 0 || i == n) ? 0.5 : 1, c = cos(t);
+        double ep = exp(x * c - shift), em = exp(-x * c - shift);
+        sum += w * (nu ? 0.5 * (ep - em) * c : 0.5 * (ep + em));
+    }
+    return sum / n;
 }
 
 /* Unary float function of compute value x. */
@@ -703,6 +808,41 @@ static void ex_unary_f(int fn, double x, const tpu_scalar *a, tpu_dtype cm, ex *
         v = isnan(x) ? c0 : x == INFINITY ? c1 : x == -INFINITY ? c2 : x;
         break;
     }
+    case TPU_UNARY_SINC:
+        v = x == 0 ? 1 : sin(K_PI * x) / (K_PI * x);
+        r->mag = 1;
+        break;
+    case TPU_UNARY_LOGIT: {
+        double z = x;
+        if (a[0].f >= 0 && !isnan(x))
+            z = fmin(fmax(x, a[0].f), 1 - a[0].f);
+        v = log(z) - log1p(-z);
+        r->mag = 1;
+        break;
+    }
+    case TPU_UNARY_HARDSHRINK: {
+        double l = f32c ? (double)(float)a[0].f : a[0].f;
+        v = fabs(x) <= l ? 0 : x;
+        break;
+    }
+    case TPU_UNARY_SOFTSHRINK: {
+        double l = f32c ? (double)(float)a[0].f : a[0].f;
+        v = isnan(x) ? x : x > l ? x - l : x < -l ? x + l : 0;
+        break;
+    }
+    case TPU_UNARY_ENTR: v = isnan(x) ? x : x > 0 ? -x * log(x) : x == 0 ? 0 : -INFINITY; break;
+    case TPU_UNARY_LGAMMA:
+        v = lgamma(x);
+        r->mag = 1;
+        break;
+    case TPU_UNARY_DIGAMMA: v = ref_digamma(x, &r->mag); break;
+    case TPU_UNARY_POLYGAMMA:
+        v = a[0].i == 0 ? ref_digamma(x, &r->mag) : ref_polygamma((int)a[0].i, x);
+        break;
+    case TPU_UNARY_I0: v = ref_bessel_i(0, x, false); break;
+    case TPU_UNARY_I0E: v = ref_bessel_i(0, x, true); break;
+    case TPU_UNARY_I1: v = ref_bessel_i(1, x, false); break;
+    case TPU_UNARY_I1E: v = ref_bessel_i(1, x, true); break;
     default: break;
     }
     r->hi = v;
@@ -881,6 +1021,24 @@ static void ex_binary_f(int fn, double x, double y, const tpu_op *op, tpu_dtype 
         break;
     }
     case TPU_BINARY_HARDTANH_BACKWARD: v = y <= a[0].f || y >= a[1].f ? 0 : x; break;
+    case TPU_BINARY_HYPOT: {
+        double m = fmax(fabs(x), fabs(y)); /* scaled: no overflow of the squares */
+        v = isinf(x) || isinf(y) ? INFINITY : isnan(x) || isnan(y) ? NAN : m == 0 ? 0 : m * sqrt((x / m) * (x / m) + (y / m) * (y / m));
+        break;
+    }
+    case TPU_BINARY_XLOG1PY: v = isnan(y) ? y : x == 0 ? 0 : x * log1p(y); break;
+    case TPU_BINARY_HEAVISIDE: v = x == 0 ? y : x > 0 ? 1 : 0; break;
+    case TPU_BINARY_SHRINK_BACKWARD: {
+        double l = f32c ? (double)(float)a[0].f : a[0].f;
+        v = fabs(y) <= l ? 0 : x;
+        break;
+    }
+    case TPU_BINARY_LOGIT_BACKWARD:
+        if (a[0].f < 0)
+            v = y < 0 || y > 1 ? NAN : x / (y * (1 - y));
+        else
+            v = y < a[0].f || y > 1 - a[0].f ? 0 : x / (y * (1 - y));
+        break;
     default: break;
     }
     r->hi = v;
@@ -913,6 +1071,7 @@ static bool ex_to_bool_un(int fn, double x) {
     case TPU_UNARY_ISINF: return isinf(x);
     case TPU_UNARY_ISPOSINF: return isinf(x) && x > 0;
     case TPU_UNARY_ISNEGINF: return isinf(x) && x < 0;
+    case TPU_UNARY_SIGNBIT: return signbit(x);
     default: return x == 0;
     }
 }
@@ -982,6 +1141,7 @@ static bool ex_binary_i(int fn, int64_t x, int64_t y, const tpu_op *op, tpu_dtyp
         }
         break;
     case TPU_BINARY_THRESHOLD: v = x <= a[0].i ? a[1].i : y; break;
+    case TPU_BINARY_HEAVISIDE: v = x == 0 ? y : x > 0; break;
     default:
         if (y == 0)
             return false;
@@ -1014,6 +1174,7 @@ static bool ex_binary_b(int fn, bool x, bool y, const tpu_op *op) {
     case TPU_BINARY_FMAX:
     case TPU_BINARY_BITWISE_OR: return x || y;
     case TPU_BINARY_BITWISE_XOR: return x != y;
+    case TPU_BINARY_HEAVISIDE: return x ? true : y;
     default: return ex_to_bool_bin(fn, x, y);
     }
 }

@@ -5,7 +5,11 @@
  *                 dim = index[j]] is set to src[j] (SCATTER), to value
  *                 (SCATTER_FILL), or has src[j] added (SCATTER_ADD: one
  *                 rounding to out's dtype per add, wrapping integers,
- *                 bool: or); duplicates within a line resolve in order
+ *                 bool: or), multiplied in (SCATTER_PROD: one rounding
+ *                 per product, wrapping integers, bool: and), or compared
+ *                 with it, keeping the larger (SCATTER_AMAX, bool: or) or
+ *                 the smaller (SCATTER_AMIN, bool: and), a NaN on either
+ *                 side winning; duplicates within a line resolve in order
  *   ADVANCED      out[c] = x[c with the indexed dims at the indices' values
  *                 at c, a negative one counted from the end], byte for byte
  *   ADVANCED_PUT  the inverse over out's row-major order: the last
@@ -81,6 +85,61 @@ static void apply(unsigned char *dst, const unsigned char *from, tpu_dtype dt, b
     }
 }
 
+/* One step of scatter function fn at dst (a copy of out's bytes): SCATTER,
+ * SCATTER_FILL and SCATTER_ADD as apply does; SCATTER_PROD multiplies
+ * (floats: the exact product rounded once to the dtype; integers wrap;
+ * bool: and); SCATTER_AMAX / AMIN keep the larger / smaller (NaN if
+ * either side is NaN; bool: or / and; u8 unsigned, i64 in full). */
+static void scatter_step(int fn, unsigned char *dst, const unsigned char *from, tpu_dtype dt) {
+    if (fn == TPU_INDEX_SCATTER || fn == TPU_INDEX_SCATTER_FILL || fn == TPU_INDEX_SCATTER_ADD) {
+        apply(dst, from, dt, fn == TPU_INDEX_SCATTER_ADD);
+    } else if (dt == BOOL) {
+        bool a = dst[0] != 0, b = from[0] != 0;
+        dst[0] = fn == TPU_INDEX_SCATTER_AMAX ? a || b : a && b;
+    } else if (t_is_float(dt)) {
+        double a = t_read_f(dst, dt), b = t_read_f(from, dt), r;
+        if (fn == TPU_INDEX_SCATTER_PROD)
+            r = t_quant(a * b, dt);
+        else if (isnan(a) || isnan(b))
+            r = NAN;
+        else if (fn == TPU_INDEX_SCATTER_AMAX)
+            r = b > a ? b : a;
+        else
+            r = b < a ? b : a;
+        put_float(dst, dt, r);
+    } else {
+        int64_t a = t_read_i(dst, dt), b = t_read_i(from, dt), r;
+        if (fn == TPU_INDEX_SCATTER_PROD)
+            r = (int64_t)((uint64_t)a * (uint64_t)b); /* put_int keeps the low bits */
+        else if (fn == TPU_INDEX_SCATTER_AMAX)
+            r = b > a ? b : a;
+        else
+            r = b < a ? b : a;
+        put_int(dst, dt, r);
+    }
+}
+
+/* A value for the multiplying and comparing scatters: floats mostly
+ * multiples of 1/4 in [-2, 2] (a product of two is exact in f32, so the
+ * store is the only rounding, and chains of them neither vanish nor
+ * overflow fast), now and then NaN or an infinity (a NaN must win amax
+ * and amin; inf * 0 makes one in prod), but never -0 (op.h does not say
+ * which zero amax keeps); integers half small, half any bits (products
+ * wrap); bools mostly true, so that "and" chains keep some. */
+static void put_reduce_value(fbuf *b, int64_t i) {
+    tpu_dtype dt = b->t.dtype;
+    uint64_t r = t_rand();
+    if (dt == BOOL)
+        fb_set(b, i, (double)(r % 4 != 0));
+    else if (t_is_float(dt))
+        fb_set(b, i, r % 19 == 0   ? NAN
+                     : r % 19 == 1 ? INFINITY
+                     : r % 19 == 2 ? -INFINITY
+                                   : (double)((int64_t)(r % 17) - 8) / 4);
+    else
+        put_int(t_at(&b->t, i), dt, r % 2 ? (int64_t)t_rand() : (int64_t)(r / 2 % 7) - 3);
+}
+
 /* Compares every element of the written buffer with the expected bytes
  * (`want`: one slot of es bytes per row-major element). */
 typedef struct {
@@ -124,12 +183,25 @@ static int64_t rm_index(int ndim, const int64_t *sizes, const int64_t *c) {
 
 /* ------------------------------------------------------------ scatter */
 
+static const char *scatter_name(int fn) {
+    switch (fn) {
+    case TPU_INDEX_SCATTER: return "scatter";
+    case TPU_INDEX_SCATTER_ADD: return "scatter_add";
+    case TPU_INDEX_SCATTER_FILL: return "scatter_fill";
+    case TPU_INDEX_SCATTER_PROD: return "scatter_prod";
+    case TPU_INDEX_SCATTER_AMAX: return "scatter_amax";
+    case TPU_INDEX_SCATTER_AMIN: return "scatter_amin";
+    default: return "?";
+    }
+}
+
 static void run_scatter(int fn, tpu_dtype dt, tpu_dtype idt, int ndim, const int64_t *os,
                         const int64_t *is, const int64_t *ss, int dim, int lo, int li, int ls) {
-    const bool fill = fn == TPU_INDEX_SCATTER_FILL, add = fn == TPU_INDEX_SCATTER_ADD;
+    const bool fill = fn == TPU_INDEX_SCATTER_FILL;
+    const bool reduce = fn == TPU_INDEX_SCATTER_PROD || fn == TPU_INDEX_SCATTER_AMAX ||
+                        fn == TPU_INDEX_SCATTER_AMIN;
     char what[260];
-    int k = snprintf(what, sizeof what, "%s %s idx %s dim %d out ",
-                     fill ? "scatter_fill" : add ? "scatter_add" : "scatter", dt_str(dt),
+    int k = snprintf(what, sizeof what, "%s %s idx %s dim %d out ", scatter_name(fn), dt_str(dt),
                      dt_str(idt), dim);
     fmt_dims(what, sizeof what, &k, ndim, os);
     k += snprintf(what + k, sizeof what - (size_t)k, " index ");
@@ -144,9 +216,9 @@ static void run_scatter(int fn, tpu_dtype dt, tpu_dtype idt, int ndim, const int
         fb_make(&src, dt, ndim, ss, ls);
     int64_t no = t_numel(&out.t), ni = t_numel(&idx.t), ns = fill ? 0 : t_numel(&src.t);
     for (int64_t i = 0; i < no; i++)
-        put_value(&out, i);
+        reduce ? put_reduce_value(&out, i) : put_value(&out, i);
     for (int64_t i = 0; i < ns; i++)
-        put_value(&src, i);
+        reduce ? put_reduce_value(&src, i) : put_value(&src, i);
     for (int64_t i = 0; i < ni; i++) /* few rows along dim: duplicates */
         fb_set(&idx, i, (double)(t_rand() % (uint64_t)os[dim]));
     /* The fill value, as out's dtype holds it. */
@@ -166,7 +238,7 @@ static void run_scatter(int fn, tpu_dtype dt, tpu_dtype idt, int ndim, const int
         coords_of(i, ndim, is, c);
         const unsigned char *from = fill ? vbytes : at_coords(&src.t, c);
         c[dim] = t_read_i(t_at(&idx.t, i), idt);
-        apply(want + (size_t)rm_index(ndim, os, c) * es, from, dt, add);
+        scatter_step(fn, want + (size_t)rm_index(ndim, os, c) * es, from, dt);
     }
     tpu_op op;
     memset(&op, 0, sizeof op);
@@ -192,6 +264,14 @@ static void run_scatter(int fn, tpu_dtype dt, tpu_dtype idt, int ndim, const int
         fb_free(&src);
 }
 
+/* The loops below walk the scatters as one range of function codes. */
+_Static_assert(TPU_INDEX_SCATTER_ADD == TPU_INDEX_SCATTER + 1 &&
+                   TPU_INDEX_SCATTER_FILL == TPU_INDEX_SCATTER + 2 &&
+                   TPU_INDEX_SCATTER_PROD == TPU_INDEX_SCATTER + 3 &&
+                   TPU_INDEX_SCATTER_AMAX == TPU_INDEX_SCATTER + 4 &&
+                   TPU_INDEX_SCATTER_AMIN == TPU_INDEX_SCATTER + 5,
+               "the scatter functions are consecutive");
+
 static void test_scatter(void) {
     /* out, index, source sizes: the index no larger than the source, and
      * than out but along dim (where it may be longer: duplicates). */
@@ -206,7 +286,7 @@ static void test_scatter(void) {
                   {3, {2, 3, 4}, {2, 0, 4}, {2, 1, 4}},
                   {2, {1, 1}, {1, 1}, {1, 1}}};
     int rot = 0;
-    for (int fn = TPU_INDEX_SCATTER; fn <= TPU_INDEX_SCATTER_FILL; fn++)
+    for (int fn = TPU_INDEX_SCATTER; fn <= TPU_INDEX_SCATTER_AMIN; fn++) /* every scatter */
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             for (int dim = 0; dim < shapes[s].ndim; dim++)
                 for (int d = 0; d < N_DTYPES; d++, rot++) {
@@ -259,6 +339,89 @@ static void scatter_known(void) {
         /* set: bo[2] = bs[3] = false (the last), bo[0] = true;
          * or: bo[2] = true | f | f | f, bo[0] = true */
         CHECK(bo[0] == true && bo[1] == false && bo[2] == (add ? true : false));
+    }
+}
+
+/* Known answers for the reducing scatters, one line each. */
+static tpu_op scatter_1d(int fn, tpu_dtype dt, void *out, int64_t no, void *src, int64_t *idx,
+                         int64_t n) {
+    size_t es = t_size(dt);
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_INDEX;
+    op.fn = fn;
+    op.n_in = 2;
+    op.out = (tpu_tensor){.data = out, .sizes = {no}, .strides = {1}, .ndim = 1, .dtype = dt,
+                          .storage = out, .storage_nbytes = no * (int64_t)es};
+    op.in[0] = (tpu_tensor){.data = src, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = dt,
+                            .storage = src, .storage_nbytes = n * (int64_t)es};
+    op.in[1] = (tpu_tensor){.data = idx, .sizes = {n}, .strides = {1}, .ndim = 1, .dtype = I64,
+                            .storage = idx, .storage_nbytes = n * 8};
+    return op;
+}
+
+static void scatter_reduce_known(void) {
+    int64_t idx[4] = {2, 0, 2, 2};
+    /* prod: out (1, 2, 3), source (1, 2, 3, 4) at (2, 0, 2, 2):
+     * (1 * 2, 2, 3 * 1 * 3 * 4) = (2, 2, 36). */
+    float po[3] = {1, 2, 3}, ps[4] = {1, 2, 3, 4};
+    tpu_op op = scatter_1d(TPU_INDEX_SCATTER_PROD, F32, po, 3, ps, idx, 4);
+    CHECK_OK(tpu_op_check(&op));
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(po[0] == 2 && po[1] == 2 && po[2] == 36);
+    /* amax / amin: out (0, 5, 0), source (1, -2, NaN, 4): row 0 meets -2,
+     * row 2 meets 1, then NaN, which stays NaN through the 4. */
+    for (int fn = TPU_INDEX_SCATTER_AMAX; fn <= TPU_INDEX_SCATTER_AMIN; fn++) {
+        double mo[3] = {0, 5, 0}, ms[4] = {1, -2, NAN, 4};
+        op = scatter_1d(fn, F64, mo, 3, ms, idx, 4);
+        CHECK_OK(tpu_op_check(&op));
+        CHECK_OK(tpu_op_run(&op, 0, 1));
+        CHECK(mo[0] == (fn == TPU_INDEX_SCATTER_AMAX ? 0 : -2) && mo[1] == 5 && isnan(mo[2]));
+        /* A NaN already in out wins too, and infinities compare as numbers. */
+        double no[3] = {NAN, -INFINITY, INFINITY}, ns[4] = {7, INFINITY, -INFINITY, 3};
+        int64_t nidx[4] = {1, 0, 2, 1};
+        op = scatter_1d(fn, F64, no, 3, ns, nidx, 4);
+        CHECK_OK(tpu_op_run(&op, 0, 1));
+        CHECK(isnan(no[0]));
+        CHECK(fn == TPU_INDEX_SCATTER_AMAX ? no[1] == 7 && no[2] == INFINITY
+                                           : no[1] == -INFINITY && no[2] == -INFINITY);
+    }
+    /* int8 prod wraps: 16 * 16 = 256 -> 0, then * 3 = 0; 1 * 100 = 100;
+     * 100 * -1 = -100, * 3 = -300 -> -44. */
+    int8_t bo[3] = {16, 1, 100}, bs[5] = {16, 3, 100, -1, 3};
+    int64_t bidx[5] = {0, 0, 1, 2, 2};
+    op = scatter_1d(TPU_INDEX_SCATTER_PROD, I8, bo, 3, bs, bidx, 5);
+    CHECK_OK(tpu_op_check(&op));
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(bo[0] == 0 && bo[1] == 100 && bo[2] == -44);
+    /* u8 compares unsigned: 200 beats 100 for amax, 100 beats 255 for amin. */
+    uint8_t uo[2] = {100, 255}, us[2] = {200, 100};
+    int64_t uidx[2] = {0, 1};
+    op = scatter_1d(TPU_INDEX_SCATTER_AMAX, U8, uo, 2, us, uidx, 2);
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(uo[0] == 200 && uo[1] == 255);
+    op.fn = TPU_INDEX_SCATTER_AMIN;
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(uo[0] == 200 && uo[1] == 100);
+    /* int64 compares in full: INT64_MAX - 1 and INT64_MAX are one double. */
+    int64_t lo[1] = {INT64_MAX - 1}, ls[2] = {INT64_MAX, INT64_MAX - 1};
+    int64_t lidx[2] = {0, 0};
+    op = scatter_1d(TPU_INDEX_SCATTER_AMAX, I64, lo, 1, ls, lidx, 2);
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(lo[0] == INT64_MAX);
+    op.fn = TPU_INDEX_SCATTER_AMIN;
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(lo[0] == INT64_MAX - 1);
+    /* bool: out (t, f, t), source (f, t, t, t) at (0, 1, 2, 2): prod and
+     * amin are "and" -> (f, f, t); amax is "or" -> (t, t, t). */
+    for (int fn = TPU_INDEX_SCATTER_PROD; fn <= TPU_INDEX_SCATTER_AMIN; fn++) {
+        bool qo[3] = {true, false, true}, qs[4] = {false, true, true, true};
+        int64_t qidx[4] = {0, 1, 2, 2};
+        op = scatter_1d(fn, BOOL, qo, 3, qs, qidx, 4);
+        CHECK_OK(tpu_op_check(&op));
+        CHECK_OK(tpu_op_run(&op, 0, 1));
+        bool any = fn == TPU_INDEX_SCATTER_AMAX;
+        CHECK(qo[0] == any && qo[1] == any && qo[2] == true);
     }
 }
 
@@ -824,11 +987,50 @@ static void scatter_refusals(void) {
     op = ok;
     op.n_in = 3;
     CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "n_in is 3 (expected 2)");
+    /* The reducing scatters share scatter_add's rules: any dtype, bool
+     * too; a source of out's dtype that must be present; int index. */
+    for (int fn = TPU_INDEX_SCATTER_PROD; fn <= TPU_INDEX_SCATTER_AMIN; fn++) {
+        op = ok;
+        op.fn = fn;
+        CHECK_OK(tpu_op_check(&op));
+        op.out.dtype = op.in[0].dtype = BOOL;
+        CHECK_OK(tpu_op_check(&op));
+        op.out.dtype = op.in[0].dtype = I8;
+        CHECK_OK(tpu_op_check(&op));
+        op = ok;
+        op.fn = fn;
+        op.in[0] = (tpu_tensor){0}; /* only scatter_fill may leave it absent */
+        CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "in[0]");
+        op = ok;
+        op.fn = fn;
+        op.in[0].dtype = I32;
+        CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE,
+                      "source dtype int32 differs from out's float32");
+        op = ok;
+        op.fn = fn;
+        op.in[1].dtype = I16;
+        CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "index dtype int16 is not supported");
+        op = ok;
+        op.fn = fn;
+        op.in[1].sizes[0] = 4;
+        CHECK_REFUSED(&op, TPU_ERR_SHAPE, "no larger than the source");
+        op = ok;
+        op.fn = fn;
+        op.p.index.dim = -1;
+        CHECK_REFUSED(&op, TPU_ERR_SHAPE, "dim -1 (ranks must match");
+        op = ok;
+        op.fn = fn;
+        op.n_in = 1;
+        CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "n_in is 1 (expected 2)");
+    }
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_INDEX, TPU_INDEX_SCATTER_PROD), "scatter_prod") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_INDEX, TPU_INDEX_SCATTER_AMAX), "scatter_amax") == 0);
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_INDEX, TPU_INDEX_SCATTER_AMIN), "scatter_amin") == 0);
 
     /* Scatter index errors: kernel-side, naming the value. */
     static const int64_t bads[] = {4, -1, INT64_MIN};
     for (size_t b = 0; b < sizeof bads / sizeof bads[0]; b++)
-        for (int fn = TPU_INDEX_SCATTER; fn <= TPU_INDEX_SCATTER_FILL; fn++) {
+        for (int fn = TPU_INDEX_SCATTER; fn <= TPU_INDEX_SCATTER_AMIN; fn++) {
             op = ok;
             op.fn = fn;
             if (fn == TPU_INDEX_SCATTER_FILL)
@@ -957,6 +1159,7 @@ static void scatter_refusals(void) {
 int main(void) {
     scatter_refusals();
     scatter_known();
+    scatter_reduce_known();
     histc_known();
     advanced_errors();
     test_scatter();

@@ -165,6 +165,19 @@ typedef enum {
     TPU_UNARY_ISNEGINF,    /* -> bool; any */
     TPU_UNARY_LOGICAL_NOT, /* -> bool: x == 0; any */
     TPU_UNARY_BITWISE_NOT, /* ~x on integers, !x on bool */
+    TPU_UNARY_SIGNBIT,     /* -> bool: the sign bit (-0.0 and -NaN too); integers: x < 0; not bool */
+    TPU_UNARY_SINC,        /* sin(pi x) / (pi x), 1 at 0, float */
+    TPU_UNARY_LOGIT,       /* log(z / (1 - z)), z = x clamped to [a0, 1 - a0] when a0 >= 0, else x; float */
+    TPU_UNARY_HARDSHRINK,  /* -a0 <= x <= a0 ? 0 : x, float */
+    TPU_UNARY_SOFTSHRINK,  /* x > a0 ? x - a0 : x < -a0 ? x + a0 : x * 0, float */
+    TPU_UNARY_ENTR,        /* -x log x; 0 at 0, -inf below 0; float */
+    TPU_UNARY_LGAMMA,      /* log |Gamma(x)|, float; the special functions compute in f64 */
+    TPU_UNARY_DIGAMMA,     /* psi(x); +-inf at +-0 by the sign of -x, NaN at negative integers */
+    TPU_UNARY_POLYGAMMA,   /* psi^(n)(x), n = a0.i >= 0 */
+    TPU_UNARY_I0,          /* modified Bessel function I0 (NaN at +-inf, as PyTorch; so I1) */
+    TPU_UNARY_I0E,         /* e^-|x| I0(x) */
+    TPU_UNARY_I1,          /* I1 */
+    TPU_UNARY_I1E,         /* e^-|x| I1(x) */
     TPU_UNARY_COUNT
 } tpu_unary_fn;
 
@@ -200,6 +213,9 @@ typedef enum {
     TPU_BINARY_BITWISE_XOR,
     TPU_BINARY_LSHIFT,      /* integers: a << b, 0 when b is negative or >= the bits of common */
     TPU_BINARY_RSHIFT,      /* integers: a >> b (arithmetic), the sign fill (u8: 0) when b < 0 or b >= the bits */
+    TPU_BINARY_HYPOT,       /* sqrt(a^2 + b^2) without overflow; float */
+    TPU_BINARY_XLOG1PY,     /* a * log1p(b), 0 where a == 0 (NaN b stays NaN); float */
+    TPU_BINARY_HEAVISIDE,   /* a == 0 ? b : a > 0 (NaN a gives 0); any */
     /* Backward functions: a is the incoming gradient g unless noted. */
     TPU_BINARY_THRESHOLD,           /* a <= a0 ? a1 : b (threshold and relu's backward); any but bool */
     TPU_BINARY_SIGMOID_BACKWARD,    /* g * (1 - y) * y, b = y = sigmoid(x); float */
@@ -213,6 +229,9 @@ typedef enum {
     TPU_BINARY_HARDSIGMOID_BACKWARD,/* -3 < b < 3 ? g / 6 : 0; float */
     TPU_BINARY_SOFTPLUS_BACKWARD,   /* b * beta > threshold ? g : g * z / (z + 1), z = exp(b beta); a0 beta, a1 threshold; float */
     TPU_BINARY_HARDTANH_BACKWARD,   /* b <= a0 || b >= a1 ? 0 : g; float */
+    TPU_BINARY_SHRINK_BACKWARD,     /* -a0 <= b <= a0 ? 0 : g, b = x (hardshrink and softshrink); float */
+    TPU_BINARY_LOGIT_BACKWARD,      /* b = x: a0 < 0: x outside [0, 1] gives NaN, else g / (x (1 - x));
+                                     * a0 >= 0: x outside [a0, 1 - a0] gives 0; float */
     TPU_BINARY_COUNT
 } tpu_binary_fn;
 
@@ -327,6 +346,9 @@ typedef enum {
                                  * duplicate wins */
     TPU_INDEX_SCATTER_ADD,      /* likewise, adding in index order (bool: or) */
     TPU_INDEX_SCATTER_FILL,     /* likewise, writing p.index.value; in[0] is absent */
+    TPU_INDEX_SCATTER_PROD,     /* likewise, multiplying in index order (bool: and) */
+    TPU_INDEX_SCATTER_AMAX,     /* likewise, keeping the larger (NaN wins; bool: or) */
+    TPU_INDEX_SCATTER_AMIN,     /* likewise, keeping the smaller (NaN wins; bool: and) */
     TPU_INDEX_ADVANCED,         /* PyTorch's advanced indexing (x[i, j]): element-wise over out;
                                  * in[0] is the source with stride 0 in the indexed dims and
                                  * in[1 .. p.index.n_idx] the index tensors (out's sizes); the
@@ -372,10 +394,15 @@ typedef enum {
  * The running value is kept as REDUCE keeps its accumulator (f64 for a
  * float out, wrapping int64 for an integer out, each element converted to
  * it first); each prefix is stored rounded to out's dtype, the running
- * value itself is never rounded. Not bool outs. */
+ * value itself is never rounded. Not bool outs, except CUMMAX and CUMMIN. */
 typedef enum {
     TPU_SCAN_CUMSUM = 0,
     TPU_SCAN_CUMPROD,
+    TPU_SCAN_CUMMAX,       /* the running largest value, out in in[0]'s dtype (bool too), and
+                            * aux[0] (int64, out's sizes) its position: the latest of equal
+                            * values; a NaN, once met, stays (each later NaN moves the position) */
+    TPU_SCAN_CUMMIN,       /* likewise, the smallest */
+    TPU_SCAN_LOGCUMSUMEXP, /* log(sum exp) of the prefix, in f64 (float out) */
     TPU_SCAN_COUNT
 } tpu_scan_fn;
 
