@@ -4,10 +4,11 @@
  * Work is cut into blocks of TPU_K_ATTN_BLOCK query rows and key rows.
  * A share takes whole units: (b, h, query block) for the forward and the
  * backward's phases 0 and 2, (b, hk, key block) for phase 1. Per unit,
- * the operands' blocks are converted to f32 tiles on the stack (keys and
- * values also transposed, so that products vectorise over keys), and
- * only a block x block tile of scores ever exists: the L x S matrix is
- * never formed.
+ * the operands' blocks become f32 tiles on the stack (f32 rows with unit
+ * stride are read in place instead; keys, and in the backward values,
+ * are also transposed, so that products vectorise over keys), and only a
+ * block x block tile of scores ever exists: the L x S matrix is never
+ * formed.
  *
  * Forward, per query block: for each key block (under is_causal only
  * those with a visible key), the scores S = scale Q K^T + mask, then the
@@ -103,6 +104,20 @@ static void load_block(const tpu_tensor *t, int64_t b, int64_t head, int64_t r0,
             memset(cols + c * BLK + n, 0, (size_t)(BLK - n) * sizeof(float));
 }
 
+/* Rows r0 .. r0 + n - 1 of (b, head) of t as f32 rows `*ld` floats
+ * apart: in place when t is aligned f32 with unit-stride rows (no copy),
+ * else converted into buf (ld = width). */
+static const float *rows_of(const tpu_tensor *t, int64_t b, int64_t head, int64_t r0, int n,
+                            int64_t width, float *buf, float *tmp, int64_t *ld) {
+    if (t->dtype == TPU_DTYPE_F32 && (t->strides[3] == 1 || width <= 1) && tpu_k_is_aligned(t)) {
+        *ld = t->strides[2];
+        return (const float *)tpu_k_ptr(t, tpu_k_attn_row(t, b, head, r0));
+    }
+    load_block(t, b, head, r0, n, width, buf, NULL, tmp);
+    *ld = width;
+    return buf;
+}
+
 /* -------------------------------------------------------- tile products */
 
 /* out[i * BLK + j] = sum_{k < n} a[i * lda + k] * bt[k * BLK + j] for
@@ -186,42 +201,72 @@ __attribute__((target("avx2,fma"))) static void tile_dot_avx2(float *out, const 
     }
 }
 
-/* The same chains, 32 (then 8) columns of a row held in registers across
- * the j loop; the last n % 8 columns one by one. */
+/* The same chains, 32 (then 8) columns of two rows held in registers
+ * across the j loop (eight independent chains hide the fma latency); the
+ * last n % 8 columns one by one. */
+__attribute__((target("avx2,fma"))) static void axpy_rows_avx2(float *o0, float *o1,
+                                                                const float *w0, const float *w1,
+                                                                const float *x, int64_t ldx,
+                                                                int nj, int64_t n) {
+    int64_t c = 0;
+    for (; c + 32 <= n; c += 32) {
+        __m256 a0 = _mm256_loadu_ps(o0 + c), a1 = _mm256_loadu_ps(o0 + c + 8);
+        __m256 a2 = _mm256_loadu_ps(o0 + c + 16), a3 = _mm256_loadu_ps(o0 + c + 24);
+        __m256 b0 = _mm256_loadu_ps(o1 + c), b1 = _mm256_loadu_ps(o1 + c + 8);
+        __m256 b2 = _mm256_loadu_ps(o1 + c + 16), b3 = _mm256_loadu_ps(o1 + c + 24);
+        for (int j = 0; j < nj; j++) {
+            const float *xr = x + j * ldx + c;
+            const __m256 x0 = _mm256_loadu_ps(xr), x1 = _mm256_loadu_ps(xr + 8);
+            const __m256 x2 = _mm256_loadu_ps(xr + 16), x3 = _mm256_loadu_ps(xr + 24);
+            const __m256 u = _mm256_broadcast_ss(w0 + j), v = _mm256_broadcast_ss(w1 + j);
+            a0 = _mm256_fmadd_ps(u, x0, a0);
+            a1 = _mm256_fmadd_ps(u, x1, a1);
+            a2 = _mm256_fmadd_ps(u, x2, a2);
+            a3 = _mm256_fmadd_ps(u, x3, a3);
+            b0 = _mm256_fmadd_ps(v, x0, b0);
+            b1 = _mm256_fmadd_ps(v, x1, b1);
+            b2 = _mm256_fmadd_ps(v, x2, b2);
+            b3 = _mm256_fmadd_ps(v, x3, b3);
+        }
+        _mm256_storeu_ps(o0 + c, a0);
+        _mm256_storeu_ps(o0 + c + 8, a1);
+        _mm256_storeu_ps(o0 + c + 16, a2);
+        _mm256_storeu_ps(o0 + c + 24, a3);
+        _mm256_storeu_ps(o1 + c, b0);
+        _mm256_storeu_ps(o1 + c + 8, b1);
+        _mm256_storeu_ps(o1 + c + 16, b2);
+        _mm256_storeu_ps(o1 + c + 24, b3);
+    }
+    for (; c + 8 <= n; c += 8) {
+        __m256 a0 = _mm256_loadu_ps(o0 + c), b0 = _mm256_loadu_ps(o1 + c);
+        for (int j = 0; j < nj; j++) {
+            const __m256 x0 = _mm256_loadu_ps(x + j * ldx + c);
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w0 + j), x0, a0);
+            b0 = _mm256_fmadd_ps(_mm256_broadcast_ss(w1 + j), x0, b0);
+        }
+        _mm256_storeu_ps(o0 + c, a0);
+        _mm256_storeu_ps(o1 + c, b0);
+    }
+    for (; c < n; c++)
+        for (int j = 0; j < nj; j++) {
+            o0[c] = fmaf(w0[j], x[j * ldx + c], o0[c]);
+            o1[c] = fmaf(w1[j], x[j * ldx + c], o1[c]);
+        }
+}
+
 __attribute__((target("avx2,fma"))) static void tile_axpy_avx2(float *acc, int64_t ldc,
                                                                 const float *w, const float *x,
                                                                 int64_t ldx, int rows, int nj,
                                                                 int64_t n) {
-    for (int r = 0; r < rows; r++) {
-        float *o = acc + r * ldc;
-        const float *wr = w + r * BLK;
-        int64_t c = 0;
-        for (; c + 32 <= n; c += 32) {
-            __m256 a0 = _mm256_loadu_ps(o + c), a1 = _mm256_loadu_ps(o + c + 8);
-            __m256 a2 = _mm256_loadu_ps(o + c + 16), a3 = _mm256_loadu_ps(o + c + 24);
-            for (int j = 0; j < nj; j++) {
-                const float *xr = x + j * ldx + c;
-                const __m256 wv = _mm256_broadcast_ss(wr + j);
-                a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr), a0);
-                a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr + 8), a1);
-                a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr + 16), a2);
-                a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr + 24), a3);
-            }
-            _mm256_storeu_ps(o + c, a0);
-            _mm256_storeu_ps(o + c + 8, a1);
-            _mm256_storeu_ps(o + c + 16, a2);
-            _mm256_storeu_ps(o + c + 24, a3);
-        }
-        for (; c + 8 <= n; c += 8) {
-            __m256 a0 = _mm256_loadu_ps(o + c);
-            for (int j = 0; j < nj; j++)
-                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(wr + j), _mm256_loadu_ps(x + j * ldx + c),
-                                     a0);
-            _mm256_storeu_ps(o + c, a0);
-        }
-        for (; c < n; c++)
-            for (int j = 0; j < nj; j++)
-                o[c] = fmaf(wr[j], x[j * ldx + c], o[c]);
+    int r = 0;
+    for (; r + 2 <= rows; r += 2)
+        axpy_rows_avx2(acc + r * ldc, acc + (r + 1) * ldc, w + r * BLK, w + (r + 1) * BLK, x, ldx,
+                       nj, n);
+    if (r < rows) {
+        /* An odd last row: paired with itself into a scratch copy. */
+        float spare[MAXH];
+        memcpy(spare, acc + r * ldc, (size_t)n * sizeof(float));
+        axpy_rows_avx2(acc + r * ldc, spare, w + r * BLK, w + r * BLK, x, ldx, nj, n);
     }
 }
 #endif
@@ -255,19 +300,64 @@ static void tile_axpy(float *acc, int64_t ldc, const float *w, const float *x, i
 static void finish_scores(const tpu_k_attn *a, float *s, int64_t b, int64_t h, int64_t i0,
                           int rows, int64_t j0, int nk) {
     const float scale = (float)a->scale;
+    const tpu_tensor *m = a->mask;
     for (int r = 0; r < rows; r++) {
         float *sr = s + r * BLK;
-        for (int j = 0; j < BLK; j++) {
-            float x = sr[j] * scale;
-            if (j >= nk || !tpu_k_attn_visible(a, i0 + r, j0 + j)) {
-                x = -INFINITY;
-            } else if (a->mask) {
-                const double add = tpu_k_attn_mask_f64(a, b, h, i0 + r, j0 + j);
-                x = add == -INFINITY ? -INFINITY : x + (float)add;
-            }
-            sr[j] = x;
+        /* Keys [0, lim) of the block are visible to this row. */
+        int64_t lim = nk;
+        if (a->causal && i0 + r - j0 + 1 < lim)
+            lim = i0 + r - j0 + 1 > 0 ? i0 + r - j0 + 1 : 0;
+        for (int j = 0; j < BLK; j++)
+            sr[j] = j < lim ? sr[j] * scale : -INFINITY;
+        if (m == NULL || lim == 0)
+            continue;
+        const int64_t off = tpu_k_attn_row(m, b, h, i0 + r) + j0 * m->strides[3];
+        if (m->dtype == TPU_DTYPE_BOOL) {
+            const unsigned char *keep = (const unsigned char *)tpu_k_ptr(m, off);
+            for (int64_t j = 0; j < lim; j++)
+                if (!keep[j * m->strides[3]])
+                    sr[j] = -INFINITY;
+            continue;
         }
+        float add[BLK];
+        load_f32(add, m, off, m->strides[3], lim);
+        for (int64_t j = 0; j < lim; j++)
+            sr[j] = add[j] == -INFINITY ? -INFINITY : sr[j] + add[j];
     }
+}
+
+/* Lanes of the row reductions below: eight independent partial results
+ * combined in lane order, so that the loops need not wait on one
+ * accumulator (and vectorise), while the result stays the same on every
+ * instruction set. */
+enum { LANES = 8 };
+
+/* max(init, the largest of x[0..BLK)); NaN is passed over. */
+static float row_max(const float *x, float init) {
+    float m[LANES];
+    for (int k = 0; k < LANES; k++)
+        m[k] = x[k];
+    for (int j = LANES; j < BLK; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+    float mx = init;
+    for (int k = 0; k < LANES; k++)
+        mx = m[k] > mx ? m[k] : mx;
+    return mx;
+}
+
+/* sum of x[j] (times y[j] when y is given) over j < BLK. */
+static float row_sum(const float *x, const float *y) {
+    float acc[LANES];
+    for (int k = 0; k < LANES; k++)
+        acc[k] = y ? x[k] * y[k] : x[k];
+    for (int j = LANES; j < BLK; j += LANES)
+        for (int k = 0; k < LANES; k++)
+            acc[k] += y ? x[j + k] * y[j + k] : x[j + k];
+    float sum = acc[0];
+    for (int k = 1; k < LANES; k++)
+        sum += acc[k];
+    return sum;
 }
 
 /* exp(s - sub[r]) over rows of the tile, in place; sub[r] == -inf (a row
@@ -288,20 +378,15 @@ static void exp_rows(float *s, const float *sub, int rows) {
  * (in place in s), and the running sums l. A NaN score is passed over by
  * the max and makes its row NaN through exp. */
 static void online_step(float *s, float *m, float *l, float *alpha, int rows) {
-    float mnew[BLK] = {0};
+    float mnew[BLK] = {0}, diff[BLK] = {0};
     for (int r = 0; r < rows; r++) {
-        float mx = m[r];
-        for (int j = 0; j < BLK; j++)
-            mx = s[r * BLK + j] > mx ? s[r * BLK + j] : mx;
-        mnew[r] = mx;
+        mnew[r] = row_max(s + r * BLK, m[r]);
+        diff[r] = mnew[r] == -INFINITY ? 0.0f : m[r] - mnew[r];
     }
     exp_rows(s, mnew, rows);
+    tpu_vm_f32(TPU_VM_EXP, alpha, diff, rows);
     for (int r = 0; r < rows; r++) {
-        alpha[r] = mnew[r] == -INFINITY ? 1.0f : tpu_vm_scalar_f32(TPU_VM_EXP, m[r] - mnew[r]);
-        float sum = 0.0f;
-        for (int j = 0; j < BLK; j++)
-            sum += s[r * BLK + j];
-        l[r] = l[r] * alpha[r] + sum;
+        l[r] = l[r] * alpha[r] + row_sum(s + r * BLK, NULL);
         m[r] = mnew[r];
     }
 }
@@ -336,7 +421,8 @@ typedef struct {
 static void forward_unit(const tpu_k_attn *a, fwd_tiles *t, int64_t b, int64_t h, int64_t qb) {
     const int64_t i0 = qb * BLK, hk = h / a->group, e = a->e, ev = a->ev;
     const int rows = block_len(a->l, i0);
-    load_block(a->q, b, h, i0, rows, e, t->q, NULL, t->tmp);
+    int64_t ldq, ldv;
+    const float *qp = rows_of(a->q, b, h, i0, rows, e, t->q, t->tmp, &ldq);
     for (int r = 0; r < rows; r++) {
         t->m[r] = -INFINITY;
         t->l[r] = 0.0f;
@@ -347,15 +433,15 @@ static void forward_unit(const tpu_k_attn *a, fwd_tiles *t, int64_t b, int64_t h
         const int64_t j0 = kb * BLK;
         const int nk = block_len(a->s, j0);
         load_block(a->k, b, hk, j0, nk, e, NULL, t->kt, t->tmp);
-        load_block(a->v, b, hk, j0, nk, ev, t->v, NULL, t->tmp);
-        tile_dot(t->s, t->q, e, t->kt, e, rows);
+        const float *vp = rows_of(a->v, b, hk, j0, nk, ev, t->v, t->tmp, &ldv);
+        tile_dot(t->s, qp, ldq, t->kt, e, rows);
         finish_scores(a, t->s, b, h, i0, rows, j0, nk);
         online_step(t->s, t->m, t->l, t->alpha, rows);
         for (int r = 0; r < rows; r++)
             if (t->alpha[r] != 1.0f)
                 for (int64_t c = 0; c < ev; c++)
                     t->acc[r * ev + c] *= t->alpha[r];
-        tile_axpy(t->acc, ev, t->s, t->v, ev, rows, nk, ev);
+        tile_axpy(t->acc, ev, t->s, vp, ldv, rows, nk, ev);
     }
     for (int r = 0; r < rows; r++) {
         const bool none = t->m[r] == -INFINITY; /* every key masked: 0, lse -inf */
@@ -402,8 +488,9 @@ static void stats_unit(const tpu_op *op, const tpu_k_attn *a, bwd_tiles *t, int6
                        int64_t qb) {
     const int64_t i0 = qb * BLK, hk = h / a->group, e = a->e, ev = a->ev;
     const int rows = block_len(a->l, i0);
-    load_block(a->q, b, h, i0, rows, e, t->q, NULL, t->tmp);
-    load_block(a->g, b, h, i0, rows, ev, t->g, NULL, t->tmp);
+    int64_t ldq, ldg;
+    const float *qp = rows_of(a->q, b, h, i0, rows, e, t->q, t->tmp, &ldq);
+    const float *gp = rows_of(a->g, b, h, i0, rows, ev, t->g, t->tmp, &ldg);
     for (int r = 0; r < rows; r++) {
         t->m[r] = -INFINITY;
         t->l[r] = t->d[r] = 0.0f;
@@ -414,17 +501,13 @@ static void stats_unit(const tpu_op *op, const tpu_k_attn *a, bwd_tiles *t, int6
         const int nk = block_len(a->s, j0);
         load_block(a->k, b, hk, j0, nk, e, NULL, t->kt, t->tmp);
         load_block(a->v, b, hk, j0, nk, ev, NULL, t->vt, t->tmp);
-        tile_dot(t->s, t->q, e, t->kt, e, rows);
-        tile_dot(t->dp, t->g, ev, t->vt, ev, rows);
+        tile_dot(t->s, qp, ldq, t->kt, e, rows);
+        tile_dot(t->dp, gp, ldg, t->vt, ev, rows);
         finish_scores(a, t->s, b, h, i0, rows, j0, nk);
         online_step(t->s, t->m, t->l, t->alpha, rows);
         /* D rescales with l: both are sums weighted by exp(s - m). */
-        for (int r = 0; r < rows; r++) {
-            float sum = 0.0f;
-            for (int j = 0; j < nk; j++)
-                sum += t->s[r * BLK + j] * t->dp[r * BLK + j];
-            t->d[r] = t->d[r] * t->alpha[r] + sum;
-        }
+        for (int r = 0; r < rows; r++)
+            t->d[r] = t->d[r] * t->alpha[r] + row_sum(t->s + r * BLK, t->dp + r * BLK);
     }
     double *lse = tpu_k_attn_lse_scratch(op), *dd = tpu_k_attn_d_scratch(op, a);
     for (int r = 0; r < rows; r++) {
@@ -446,14 +529,16 @@ static void load_stats(const tpu_op *op, const tpu_k_attn *a, bwd_tiles *t, int6
     }
 }
 
-/* For the query rows in t->q, t->g (rows of them, from i0) against the
- * key block in t->kt, t->vt: P into t->s and dS = P (dP - D) into t->dp. */
-static void probs_and_ds(const tpu_k_attn *a, bwd_tiles *t, int64_t b, int64_t h, int64_t i0,
-                         int rows, int64_t j0, int nk) {
-    tile_dot(t->s, t->q, a->e, t->kt, a->e, rows);
+/* For query rows qp and gradient rows gp (rows of each, from i0; ldq and
+ * ldg floats apart) against the key block in t->kt, t->vt: P into t->s
+ * and dS = P (dP - D) into t->dp. */
+static void probs_and_ds(const tpu_k_attn *a, bwd_tiles *t, const float *qp, int64_t ldq,
+                         const float *gp, int64_t ldg, int64_t b, int64_t h, int64_t i0, int rows,
+                         int64_t j0, int nk) {
+    tile_dot(t->s, qp, ldq, t->kt, a->e, rows);
     finish_scores(a, t->s, b, h, i0, rows, j0, nk);
     exp_rows(t->s, t->lse, rows);
-    tile_dot(t->dp, t->g, a->ev, t->vt, a->ev, rows);
+    tile_dot(t->dp, gp, ldg, t->vt, a->ev, rows);
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < BLK; j++)
             t->dp[r * BLK + j] = t->s[r * BLK + j] * (t->dp[r * BLK + j] - t->d[r]);
@@ -477,19 +562,20 @@ static void kv_unit(const tpu_k_attn *a, const tpu_op *op, bwd_tiles *t, int64_t
         for (int64_t qb = first; qb < nqb; qb++) {
             const int64_t i0 = qb * BLK;
             const int rows = block_len(a->l, i0);
-            load_block(a->q, b, h, i0, rows, e, t->q, NULL, t->tmp);
-            load_block(a->g, b, h, i0, rows, ev, t->g, NULL, t->tmp);
+            int64_t ldq, ldg;
+            const float *qp = rows_of(a->q, b, h, i0, rows, e, t->q, t->tmp, &ldq);
+            const float *gp = rows_of(a->g, b, h, i0, rows, ev, t->g, t->tmp, &ldg);
             load_stats(op, a, t, b, h, i0, rows);
-            probs_and_ds(a, t, b, h, i0, rows, j0, nk);
+            probs_and_ds(a, t, qp, ldq, gp, ldg, b, h, i0, rows, j0, nk);
             /* dV += P^T g, dK += dS^T q (scale applied at the end). */
             for (int j = 0; j < nk; j++)
                 for (int r = 0; r < rows; r++)
                     t->pt[j * BLK + r] = t->s[r * BLK + j];
-            tile_axpy(dv, ev, t->pt, t->g, ev, nk, rows, ev);
+            tile_axpy(dv, ev, t->pt, gp, ldg, nk, rows, ev);
             for (int j = 0; j < nk; j++)
                 for (int r = 0; r < rows; r++)
                     t->pt[j * BLK + r] = t->dp[r * BLK + j];
-            tile_axpy(dk, e, t->pt, t->q, e, nk, rows, e);
+            tile_axpy(dk, e, t->pt, qp, ldq, nk, rows, e);
         }
     const float scale = (float)a->scale;
     for (int j = 0; j < nk; j++) {
@@ -506,18 +592,20 @@ static void q_unit(const tpu_k_attn *a, const tpu_op *op, bwd_tiles *t, int64_t 
     const int64_t i0 = qb * BLK, hk = h / a->group, e = a->e, ev = a->ev;
     const int rows = block_len(a->l, i0);
     float *dq = t->acc;
-    load_block(a->q, b, h, i0, rows, e, t->q, NULL, t->tmp);
-    load_block(a->g, b, h, i0, rows, ev, t->g, NULL, t->tmp);
+    int64_t ldq, ldg, ldk;
+    const float *qp = rows_of(a->q, b, h, i0, rows, e, t->q, t->tmp, &ldq);
+    const float *gp = rows_of(a->g, b, h, i0, rows, ev, t->g, t->tmp, &ldg);
     load_stats(op, a, t, b, h, i0, rows);
     memset(dq, 0, (size_t)(rows * e) * sizeof(float));
     const int64_t nkb = key_blocks_for(a, i0, rows);
     for (int64_t kb = 0; kb < nkb; kb++) {
         const int64_t j0 = kb * BLK;
         const int nk = block_len(a->s, j0);
-        load_block(a->k, b, hk, j0, nk, e, t->kr, t->kt, t->tmp);
+        load_block(a->k, b, hk, j0, nk, e, NULL, t->kt, t->tmp);
+        const float *kp = rows_of(a->k, b, hk, j0, nk, e, t->kr, t->tmp, &ldk);
         load_block(a->v, b, hk, j0, nk, ev, NULL, t->vt, t->tmp);
-        probs_and_ds(a, t, b, h, i0, rows, j0, nk);
-        tile_axpy(dq, e, t->dp, t->kr, e, rows, nk, e); /* dQ += dS K */
+        probs_and_ds(a, t, qp, ldq, gp, ldg, b, h, i0, rows, j0, nk);
+        tile_axpy(dq, e, t->dp, kp, ldk, rows, nk, e); /* dQ += dS K */
     }
     const float scale = (float)a->scale;
     for (int r = 0; r < rows; r++) {
