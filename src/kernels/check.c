@@ -492,6 +492,89 @@ static tpu_status check_norm(const tpu_op *op) {
     return st;
 }
 
+/* t must have rank n, sizes want[0..n) and dtype dt; `what` names it. */
+static tpu_status check_sizes_n(const tpu_op *op, const char *what, const tpu_tensor *t, int32_t n,
+                                const int64_t *want, tpu_dtype dt) {
+    bool ok = t->ndim == n;
+    for (int32_t d = 0; ok && d < n; d++)
+        ok = t->sizes[d] == want[d];
+    if (!ok) {
+        char sz[160], w[160] = "[";
+        size_t k = 1;
+        for (int32_t d = 0; d < n && k < sizeof w; d++)
+            k += (size_t)snprintf(w + k, sizeof w - k, "%s%lld%s", d ? ", " : "",
+                                  (long long)want[d], d == n - 1 ? "]" : "");
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: %s has sizes %s, expected %s",
+                             tpu_k_op_label(op), what, fmt_sizes(sz, sizeof sz, t), w);
+    }
+    if (t->dtype != dt)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: %s has dtype %s, expected %s",
+                             tpu_k_op_label(op), what, tpu_dtype_name(t->dtype), tpu_dtype_name(dt));
+    return TPU_OK;
+}
+
+/* ATTENTION: query [B, H, L, E], key [B, Hk, S, E], value [B, Hk, S, Ev]
+ * of one float dtype, Hk dividing H; the mask [B, H, L, S], bool or
+ * float; forward out [B, H, L, Ev] and logsumexp [B, H, L] (float32, or
+ * float64 for float64 operands); backward grad [B, H, L, Ev] and dq, dk,
+ * dv of q's, k's and v's sizes. */
+static tpu_status check_attention(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const bool fwd = op->fn == TPU_ATTENTION_FORWARD;
+    const tpu_tensor *q = &op->in[fwd ? 0 : 1], *k = q + 1, *v = q + 2, *mask = q + 3;
+    static const char *const qkv[] = {"query", "key", "value"};
+    char sa[160], sb[160], sc[160];
+    for (int i = 0; i < 3; i++)
+        if (q[i].ndim != 4)
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: %s must be 4-d [batch, heads, length, head "
+                                 "size], got %d-d", name, qkv[i], (int)q[i].ndim);
+    const tpu_dtype dt = q->dtype;
+    if (!is_mm_dtype(dt))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: query dtype %s is not supported "
+                             "(float32, float64, float16, bfloat16)", name, tpu_dtype_name(dt));
+    for (int i = 1; i < 3; i++)
+        if (q[i].dtype != dt)
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: %s dtype %s differs from query's "
+                                 "%s", name, qkv[i], tpu_dtype_name(q[i].dtype), tpu_dtype_name(dt));
+    const int64_t b = q->sizes[0], h = q->sizes[1], l = q->sizes[2], e = q->sizes[3];
+    const int64_t hk = k->sizes[1], s = k->sizes[2], ev = v->sizes[3];
+    if (k->sizes[0] != b || k->sizes[3] != e || v->sizes[0] != b || v->sizes[1] != hk ||
+        v->sizes[2] != s)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: query %s, key %s and value %s do not fit (key "
+                             "[B, Hk, S, E] and value [B, Hk, S, Ev] for query [B, H, L, E])", name,
+                             fmt_sizes(sa, sizeof sa, q), fmt_sizes(sb, sizeof sb, k),
+                             fmt_sizes(sc, sizeof sc, v));
+    if (hk == 0 ? h != 0 : h % hk != 0)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: %lld query heads are not a multiple of %lld "
+                             "key/value heads", name, (long long)h, (long long)hk);
+    if (!tpu_tensor_is_absent(mask)) {
+        if (mask->dtype != TPU_DTYPE_BOOL && !tpu_dtype_is_float(mask->dtype))
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: mask dtype %s is not supported "
+                                 "(bool or floating)", name, tpu_dtype_name(mask->dtype));
+        const int64_t ms[4] = {b, h, l, s};
+        tpu_status st = check_sizes_n(op, "mask", mask, 4, ms, mask->dtype);
+        if (st != TPU_OK)
+            return st;
+    }
+    const int64_t qs[4] = {b, h, l, e}, ks[4] = {b, hk, s, e}, vs[4] = {b, hk, s, ev};
+    const int64_t os[4] = {b, h, l, ev};
+    if (fwd) {
+        tpu_status st = check_sizes_n(op, "out", &op->out, 4, os, dt);
+        if (st == TPU_OK)
+            st = check_sizes_n(op, "logsumexp", &op->aux[0], 3, os,
+                               dt == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32);
+        return st;
+    }
+    tpu_status st = check_sizes_n(op, "grad", &op->in[0], 4, os, dt);
+    if (st == TPU_OK)
+        st = check_sizes_n(op, "dq", &op->out, 4, qs, dt);
+    if (st == TPU_OK)
+        st = check_sizes_n(op, "dk", &op->aux[0], 4, ks, dt);
+    if (st == TPU_OK)
+        st = check_sizes_n(op, "dv", &op->aux[1], 4, vs, dt);
+    return st;
+}
+
 /* ADVANCED and ADVANCED_PUT: the indexed view `t` (out or in[0]), with
  * every index value in range, must lie in its storage: its own span
  * widened by (idx_sizes[k] - 1) * idx_strides[k] for each index k. */
@@ -797,6 +880,7 @@ static bool may_be_absent(const tpu_op *op, bool aux, int i) {
         return aux || i == 4;
     case TPU_OP_LOSS: return !aux && i == 2;
     case TPU_OP_INDEX: return !aux && i == 0 && op->fn == TPU_INDEX_SCATTER_FILL;
+    case TPU_OP_ATTENTION: return !aux && i == (op->fn == TPU_ATTENTION_FORWARD ? 3 : 4);
     default: return false;
     }
 }
@@ -809,6 +893,7 @@ static int aux_count(const tpu_op *op) {
     case TPU_OP_SORT: return 1;
     case TPU_OP_SCAN: return op->fn == TPU_SCAN_CUMMAX || op->fn == TPU_SCAN_CUMMIN ? 1 : 0;
     case TPU_OP_WINDOW: return op->fn == TPU_WINDOW_MAX_POOL ? 1 : 0;
+    case TPU_OP_ATTENTION: return op->fn == TPU_ATTENTION_FORWARD ? 1 : 2;
     default: return 0;
     }
 }
@@ -824,6 +909,7 @@ static const struct {
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
     [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 5},    [TPU_OP_LOSS] = {3, 4},
     [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 1},     [TPU_OP_WINDOW] = {1, 1},
+    [TPU_OP_ATTENTION] = {4, 5},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -845,6 +931,8 @@ tpu_status tpu_op_check(const tpu_op *op) {
         lo = hi = op->fn == TPU_NORM_LAYER_FORWARD ? 3 : 5;
     if (op->code == TPU_OP_LOSS)
         lo = hi = op->fn == TPU_LOSS_NLL_FORWARD ? 3 : 4;
+    if (op->code == TPU_OP_ATTENTION)
+        lo = hi = op->fn == TPU_ATTENTION_FORWARD ? 4 : 5;
     if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_HISTC || op->fn == TPU_INDEX_NONZERO))
         lo = hi = 1;
     else if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_ADVANCED ||
@@ -915,6 +1003,7 @@ tpu_status tpu_op_check(const tpu_op *op) {
     case TPU_OP_SCAN: st = check_scan(op); break;
     case TPU_OP_SORT: st = check_sort(op); break;
     case TPU_OP_WINDOW: st = check_window(op); break;
+    case TPU_OP_ATTENTION: st = check_attention(op); break;
     case TPU_OP_COUNT:
         return tpu_set_error(TPU_ERR_INTERNAL, "%s: opcode %d has no check", name, (int)op->code);
     }

@@ -38,13 +38,22 @@
  *                    (their f64 accumulators stay in L1)
  *   LEADING_ROWS     rows added per pass over those accumulators
  *   RANDOM_BATCH     Philox blocks generated before their elements are
- *                    finished (16 bytes each on the stack) */
+ *                    finished (16 bytes each on the stack)
+ *   ATTN_BLOCK       query rows and key rows of an attention tile (a
+ *                    block x block tile of scores; the tiled kernels hold
+ *                    one row of it in four 8-lane registers)
+ *   ATTN_MAX_HEAD    largest E and Ev the tiled attention path takes: its
+ *                    tiles (block x head f32, about 200 KiB in the
+ *                    backward) live on the stack; larger heads run on the
+ *                    reference */
 enum {
     TPU_K_EW_CHUNK = 256,
     TPU_K_TRANSPOSE_TILE = 16,
     TPU_K_LEADING_CHUNK = 512,
     TPU_K_LEADING_ROWS = 4,
     TPU_K_RANDOM_BATCH = 64,
+    TPU_K_ATTN_BLOCK = 32,
+    TPU_K_ATTN_MAX_HEAD = 256,
 };
 
 /* The one kernel signature, shared by reference and fast variants. */
@@ -177,6 +186,16 @@ double tpu_k_digamma(double x);
 double tpu_k_polygamma(int64_t n, double x);
 double tpu_k_zeta(double s, double q);
 double tpu_k_bessel_i(int nu, double x, bool scaled);
+
+/* ATTENTION (attention.c, attention_fast.c): the forward's reference and
+ * tiled kernels, and the backward's three phases (0: each query row's
+ * logsumexp and D into scratch; 1: dk and dv per key block; 2: dq per
+ * query block), each phase choosing its path. */
+tpu_status tpu_k_attention_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_attention_fast(const tpu_op *op, int ith, int nth);
+int tpu_k_attention_phases(const tpu_op *op);            /* 3 backward, else 1 */
+int64_t tpu_k_attention_scratch_bytes(const tpu_op *op); /* backward: 2 f64 per query row */
+tpu_status tpu_k_attention_run_phase(const tpu_op *op, int phase, int ith, int nth);
 
 /* Reads an int64, int32 or uint8 index element. */
 static inline int64_t tpu_k_load_index(const void *p, tpu_dtype dt) {

@@ -4,6 +4,7 @@
  * static assert, so a new family or function fails to compile until it is
  * named, given kernels and given a thread policy. */
 #include <limits.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ static const char *const k_op_names[] = {
     [TPU_OP_REDUCE] = "reduce", [TPU_OP_MATMUL] = "matmul",     [TPU_OP_RANDOM] = "random",
     [TPU_OP_NORM] = "norm",     [TPU_OP_INDEX] = "index",       [TPU_OP_LOSS] = "loss",
     [TPU_OP_SCAN] = "scan",     [TPU_OP_SORT] = "sort",         [TPU_OP_WINDOW] = "window",
+    [TPU_OP_ATTENTION] = "attention",
 };
 _Static_assert(sizeof k_op_names / sizeof k_op_names[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a name");
@@ -231,6 +233,12 @@ static const char *const k_window_names[] = {[TPU_WINDOW_IM2COL] = "im2col",
 _Static_assert(sizeof k_window_names / sizeof k_window_names[0] == TPU_WINDOW_COUNT,
                "every tpu_window_fn needs a name");
 
+static const char *const k_attention_names[] = {
+    [TPU_ATTENTION_FORWARD] = "scaled_dot_product_attention",
+    [TPU_ATTENTION_BACKWARD] = "scaled_dot_product_attention_backward"};
+_Static_assert(sizeof k_attention_names / sizeof k_attention_names[0] == TPU_ATTENTION_COUNT,
+               "every tpu_attention_fn needs a name");
+
 /* Each family's function names (or rows) and count; neither: the family
  * has one function, 0, named after the family. */
 static const struct {
@@ -255,6 +263,7 @@ static const struct {
     [TPU_OP_SCAN] = {k_scan_names, NULL, TPU_SCAN_COUNT},
     [TPU_OP_SORT] = {k_sort_names, NULL, TPU_SORT_COUNT},
     [TPU_OP_WINDOW] = {k_window_names, NULL, TPU_WINDOW_COUNT},
+    [TPU_OP_ATTENTION] = {k_attention_names, NULL, TPU_ATTENTION_COUNT},
 };
 _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
                "every tpu_op_code needs its function table");
@@ -288,6 +297,8 @@ static const struct {
     [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
     [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_ref, NULL, tpu_k_sort_scratch_bytes, NULL},
     [TPU_OP_WINDOW] = {tpu_k_window_ref, tpu_k_window_ref},
+    [TPU_OP_ATTENTION] = {tpu_k_attention_ref, tpu_k_attention_fast, tpu_k_attention_phases,
+                          tpu_k_attention_scratch_bytes, tpu_k_attention_run_phase},
 };
 _Static_assert(sizeof k_kernels / sizeof k_kernels[0] == TPU_OP_COUNT,
                "every tpu_op_code needs kernels");
@@ -299,6 +310,7 @@ typedef enum {
     WORK_GEMM,     /* M*N*K multiply-adds, split over rows or columns */
     WORK_ROWS,     /* input elements, split over the rows along one dim */
     WORK_NORM,     /* input elements, split over rows (or, in phase 1, columns) */
+    WORK_ATTENTION, /* B H L S (E + Ev) multiply-adds, split over blocks of rows */
     WORK_ONE,      /* small: one thread */
 } work_kind;
 
@@ -312,7 +324,7 @@ static const work_kind k_work[] = {
     [TPU_OP_RANDOM] = WORK_ELEMENTS,
     [TPU_OP_NORM] = WORK_NORM, [TPU_OP_INDEX] = WORK_ELEMENTS, [TPU_OP_LOSS] = WORK_ONE,
     [TPU_OP_SCAN] = WORK_ROWS,     [TPU_OP_SORT] = WORK_ROWS,
-    [TPU_OP_WINDOW] = WORK_ELEMENTS,
+    [TPU_OP_WINDOW] = WORK_ELEMENTS, [TPU_OP_ATTENTION] = WORK_ATTENTION,
 };
 _Static_assert(sizeof k_work / sizeof k_work[0] == TPU_OP_COUNT,
                "every tpu_op_code needs a thread policy");
@@ -414,6 +426,28 @@ int tpu_op_max_threads(const tpu_op *op) {
         int64_t n = tpu_k_numel(x), rows = x->ndim == 2 ? x->sizes[0] : 1;
         int64_t want = n / ELEMENTS_PER_THREAD;
         return clamp_threads(want < rows ? want : rows);
+    }
+    case WORK_ATTENTION: {
+        /* Shares take blocks of query rows (and, in the backward's phase
+         * 1, of key rows): no more threads than the larger count. q is
+         * in[0] forward, in[1] backward; k follows it. Counted in double,
+         * as for GEMM. */
+        const bool fwd = op->fn == TPU_ATTENTION_FORWARD;
+        const tpu_tensor *q = &op->in[fwd ? 0 : 1], *k = &op->in[fwd ? 1 : 2];
+        const tpu_tensor *v = &op->in[fwd ? 2 : 3];
+        if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+            return 1;
+        const double blk = TPU_K_ATTN_BLOCK;
+        const double qblocks = (double)q->sizes[0] * (double)q->sizes[1] *
+                               ceil((double)q->sizes[2] / blk);
+        const double kblocks = (double)k->sizes[0] * (double)k->sizes[1] *
+                               ceil((double)k->sizes[2] / blk);
+        const double units = fwd || qblocks > kblocks ? qblocks : kblocks;
+        const double macs = (double)q->sizes[0] * (double)q->sizes[1] * (double)q->sizes[2] *
+                            (double)k->sizes[2] * (double)(q->sizes[3] + v->sizes[3]);
+        const double want = macs / GEMM_MACS_PER_THREAD < units ? macs / GEMM_MACS_PER_THREAD
+                                                                 : units;
+        return clamp_threads(want < MAX_THREADS ? (int64_t)want : MAX_THREADS);
     }
     case WORK_ONE: return 1;
     case WORK_GEMM: {

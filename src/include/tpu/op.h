@@ -85,6 +85,7 @@ typedef enum {
     TPU_OP_SCAN,     /* running sums and products along one dim; tpu_scan_fn, p.scan */
     TPU_OP_SORT,     /* sorting along one dim, with indices; tpu_sort_fn, p.sort */
     TPU_OP_WINDOW,   /* sliding 2-d windows: im2col, col2im, max pooling; tpu_window_fn, p.window */
+    TPU_OP_ATTENTION, /* scaled dot-product attention and its backward; tpu_attention_fn, p.attn */
     TPU_OP_COUNT
 } tpu_op_code;
 
@@ -435,6 +436,33 @@ typedef enum {
     TPU_WINDOW_COUNT
 } tpu_window_fn;
 
+/* ATTENTION functions: softmax(scale q k^T + mask) v for every batch b
+ * and query head h, without forming the L x S score matrix. q is
+ * [B, H, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev] with Hk dividing H:
+ * query head h reads kv head h / (H / Hk) (grouped-query attention).
+ * q, k, v, out and the gradients share one float dtype. The optional mask
+ * (absent: none) is [B, H, L, S], stride 0 in broadcast dims: bool (true
+ * keeps the key) or any float dtype (added to the score). With
+ * p.attn.is_causal, query i sees key j only if j <= i (PyTorch's
+ * top-left alignment), together with the mask if one is given. A
+ * masked score is -inf whatever q . k is. A query row with every key
+ * masked gives 0 (PyTorch's _safe_softmax) and logsumexp -inf, and
+ * passes no gradient.
+ *
+ * Numerics: f32, f16 and bf16 compute in f32 with the MATMUL family's
+ * products (f32 fma chains in index order: exact products of f16/bf16
+ * values) and vecmath's exp; f64 computes in f64. The reference kernel
+ * computes every dtype in f64. Results do not depend on the thread count
+ * (both paths split fixed units). */
+typedef enum {
+    TPU_ATTENTION_FORWARD = 0, /* in: q, k, v, mask?; out [B, H, L, Ev]; aux[0] = logsumexp
+                                * [B, H, L] of each row's scores, float32 (float64 for f64) */
+    TPU_ATTENTION_BACKWARD,    /* in: grad g [B, H, L, Ev], q, k, v, mask?; out = dq, aux[0] =
+                                * dk, aux[1] = dv (q's, k's and v's sizes); recomputes the
+                                * forward's statistics: 3 phases, scratch (tpu_op_phases) */
+    TPU_ATTENTION_COUNT
+} tpu_attention_fn;
+
 typedef enum {
     TPU_ROUND_NONE = 0, /* true division */
     TPU_ROUND_TRUNC,    /* toward zero */
@@ -574,6 +602,11 @@ typedef struct tpu_op {
             tpu_loss_reduction reduction;
             int64_t ignore_index;
         } loss;
+        /* ATTENTION. */
+        struct {
+            double scale;   /* multiplies q . k (PyTorch's default: 1 / sqrt(E)) */
+            bool is_causal; /* hide key j from query i when j > i */
+        } attn;
     } p;
     /* Device memory the kernel may use as it likes while the op runs (the
      * partial results of a split reduction): at least
