@@ -356,3 +356,28 @@ def test_fused_adamw_with_grad_scaler_skips_inf_steps():
             scaler.update()
     for a, b in zip(model_cpu.parameters(), model_tpu.parameters()):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------- unique, bincount
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.bfloat16])
+def test_unique_and_unique_consecutive(dtype):
+    x = torch.tensor([[3, 1, 2, 3], [1, 1, 0, 2]]).to(dtype)
+    for kw in [{}, {"return_inverse": True}, {"return_counts": True}, {"return_inverse": True, "return_counts": True}]:
+        same(torch.unique, x, **kw)
+        same(torch.unique, x, sorted=False, **kw)
+        same(torch.unique_consecutive, x, **kw)
+        same(torch.unique, x[:0], **kw)
+    same(torch.unique, torch.tensor([1.0, float("nan"), 1.0, float("nan")]), return_counts=True)
+
+
+def test_bincount():
+    x = torch.tensor([4, 1, 1, 0, 4, 4])
+    same(torch.bincount, x)
+    same(torch.bincount, x, minlength=8)
+    same(torch.bincount, x[:0], minlength=3)
+    same(torch.bincount, x, torch.tensor([0.5, 1, 2, 3, 4, 5]))
+    same(torch.bincount, x, torch.tensor([0.5, 1, 2, 3, 4, 5], dtype=torch.float64))
+    same(torch.bincount, x.to(torch.uint8), torch.tensor([1, 2, 3, 4, 5, 6]))
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.bincount(tpu(torch.tensor([1, -1])))

@@ -105,21 +105,25 @@ at::Tensor avg_divisors(const AvgWindow& w, int64_t h, int64_t wd, int64_t oh, i
   return d.to(like.device(), integral ? at::kLong : at::kDouble);
 }
 
+// One WINDOW record (IM2COL or COL2IM) with a stride-w, dilation-1 window.
+void submit_window(tpu_window_fn fn, const at::Tensor& in, const at::Tensor& out, const AvgWindow& w,
+                   const char* name) {
+  check_in_storage(in, name);
+  tpu_op rec{};
+  rec.code = TPU_OP_WINDOW;
+  rec.fn = fn;
+  rec.n_in = 1;
+  rec.in[0] = describe(in, name);
+  rec.out = describe(out, name);
+  rec.p.window = {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, 1, 1};
+  submit(out.device().index(), rec, name);
+}
+
 // The window sums [N, OH, OW, C] of x [N, C, H, W] (f32 for f16/bf16).
 at::Tensor window_sums(const at::Tensor& x, const AvgWindow& w, int64_t oh, int64_t ow, const char* name) {
   const int64_t n = x.size(0), c = x.size(1);
   at::Tensor cols = at::empty({n, oh, ow, c, w.kh, w.kw}, x.options());
-  if (cols.numel() > 0) {
-    check_in_storage(x, name);
-    tpu_op rec{};
-    rec.code = TPU_OP_WINDOW;
-    rec.fn = TPU_WINDOW_IM2COL;
-    rec.n_in = 1;
-    rec.in[0] = describe(x, name);
-    rec.out = describe(cols, name);
-    rec.p.window = {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, 1, 1};
-    submit(x.device().index(), rec, name);
-  }
+  if (cols.numel() > 0) submit_window(TPU_WINDOW_IM2COL, x, cols, w, name);
   const bool reduced = at::isReducedFloatingType(x.scalar_type());
   return reduced ? cols.sum({4, 5}, false, at::kFloat) : cols.sum({4, 5});
 }
@@ -157,16 +161,7 @@ void avg_pool_backward_kernel(Structured<at::meta::structured_avg_pool2d_backwar
     // grad / divisor at every element of its window: [N, OH, OW, C, kh, kw]
     // with stride 0 over the window (no copy).
     const at::Tensor share = (g / div).to(x.scalar_type()).permute({0, 2, 3, 1}).unsqueeze(4).unsqueeze(5);
-    const at::Tensor cols = share.expand({x.size(0), oh, ow, x.size(1), w.kh, w.kw});
-    check_in_storage(cols, name);
-    tpu_op rec{};
-    rec.code = TPU_OP_WINDOW;
-    rec.fn = TPU_WINDOW_COL2IM;
-    rec.n_in = 1;
-    rec.in[0] = describe(cols, name);
-    rec.out = describe(dx, name);
-    rec.p.window = {w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, 1, 1};
-    submit(x.device().index(), rec, name);
+    submit_window(TPU_WINDOW_COL2IM, share.expand({x.size(0), oh, ow, x.size(1), w.kh, w.kw}), dx, w, name);
   }
   grad_input.copy_(batched ? dx : dx.squeeze(0));
 }

@@ -1,15 +1,20 @@
 // sort and topk as TPU_OP_SORT records (values and their positions), on
 // PyTorch's structured metas (shapes, dim, k and out= checks as on CPU);
 // histc as an INDEX HISTC record, with the range taken from the data when
-// min == max as PyTorch does.
+// min == max as PyTorch does; unique, unique_consecutive and bincount
+// composed of sort, comparisons, masked_select and scatter_add (their
+// result sizes need one host read, as on CPU and CUDA).
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/sort_meta.h>
+#include <ATen/native/CPUFallback.h>
 #include <ATen/ops/topk_meta.h>
+#include <ATen/ops/unique_consecutive_ops.h>
 #include <torch/library.h>
 
 #include <cmath>
 
+#include "core/fallback.h"
 #include "core/glue.h"
 #include "core/structured.h"
 
@@ -140,9 +145,84 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, c
   return histc_out(self, bins, min, max, out);
 }
 
+// ---- unique values of a flat sequence: a group starts where an element
+// differs from the one before (NaN differs from everything, so each NaN is
+// its own group, as on CPU).
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> groups_of(const at::Tensor& flat, const at::Tensor& order,
+                                                         at::IntArrayRef self_sizes, bool return_inverse,
+                                                         bool return_counts) {
+  const int64_t n = flat.numel();
+  const at::Tensor idx_opts = at::empty({0}, flat.options().dtype(at::kLong));
+  const at::Tensor starts =
+      at::cat({at::ones({1}, flat.options().dtype(at::kBool)), flat.narrow(0, 1, n - 1) != flat.narrow(0, 0, n - 1)});
+  const at::Tensor values = flat.masked_select(starts);
+  at::Tensor inverse = at::empty({0}, idx_opts.options()), counts = at::empty({0}, idx_opts.options());
+  if (return_inverse) {
+    const at::Tensor group = starts.cumsum(0) - 1;  // int64: the group of each (ordered) element
+    inverse = order.defined() ? at::empty({n}, idx_opts.options()).scatter_(0, order, group) : group;
+    inverse = inverse.view(self_sizes);
+  }
+  if (return_counts) {
+    const at::Tensor first = starts.nonzero().view({-1});
+    counts = at::cat({first.narrow(0, 1, first.numel() - 1), at::full({1}, n, idx_opts.options())}) - first;
+  }
+  return {values, inverse, counts};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> empty_groups(const at::Tensor& self, bool return_inverse) {
+  const at::TensorOptions idx = self.options().dtype(at::kLong);
+  return {at::empty({0}, self.options()), return_inverse ? at::empty(self.sizes(), idx) : at::empty({0}, idx),
+          at::empty({0}, idx)};
+}
+
+// torch.unique without dim (CPU returns it sorted whatever `sorted` says).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool, bool return_inverse,
+                                                       bool return_counts) {
+  if (self.numel() == 0) return empty_groups(self, return_inverse);
+  auto [sorted, order] = self.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false);
+  return groups_of(sorted, order, self.sizes(), return_inverse, return_counts);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tensor& self, bool return_inverse,
+                                                                  bool return_counts, std::optional<int64_t> dim) {
+  if (dim.has_value() && self.dim() > 1)  // along a dim: whole slices compare; the CPU kernel
+    return at::native::call_fallback_fn<&cpu_fallback, at::_ops::unique_consecutive>::call(self, return_inverse,
+                                                                                         return_counts, dim);
+  if (self.numel() == 0) return empty_groups(self, return_inverse);
+  return groups_of(self.reshape({-1}), at::Tensor(), self.sizes(), return_inverse, return_counts);
+}
+
+// bincount: counts (int64), or sums of weights (float32 for float32 weights,
+// else float64, as on CPU), of each value in [0, max(minlength, max + 1)).
+at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& weights_opt, int64_t minlength) {
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  TORCH_CHECK(self.dim() == 1 && !at::isFloatingType(self.scalar_type()) && self.scalar_type() != at::kBool,
+              "bincount only supports 1-d non-negative integral inputs.");
+  const at::Tensor weights = weights_opt.value_or(at::Tensor());
+  TORCH_CHECK(!weights.defined() || (weights.dim() == 1 && weights.size(0) == self.size(0)),
+              "weights should be 1-d and have the same length as input");
+  if (weights.defined()) check_same_device("bincount", self.device(), {{"weights", &weights}});
+  int64_t size = minlength;
+  if (self.numel() > 0) {
+    const auto [lo, hi] = at::aminmax(self);
+    TORCH_CHECK(lo.item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    size = std::max(size, hi.item<int64_t>() + 1);
+  }
+  const at::ScalarType t = !weights.defined() ? at::kLong
+                           : weights.scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
+  at::Tensor out = at::zeros({size}, self.options().dtype(t));
+  if (self.numel() == 0) return out;
+  const at::Tensor src = weights.defined() ? weights.to(t) : at::ones({self.numel()}, out.options());
+  return out.scatter_add_(0, self.to(at::kLong), src);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_unique2", unique2);
+  m.impl("unique_consecutive", unique_consecutive);
+  m.impl("bincount", bincount);
   m.impl("sort.stable", sort_stable);
   m.impl("sort.values_stable", sort_stable_out);
   m.impl("topk", topk);
