@@ -372,6 +372,9 @@ at::Tensor angle_impl(T self) {
 
 at::Tensor& angle_out(T self, at::Tensor& out) { return assign_out(out, angle_impl(self)); }
 
+// mvlgamma's out= form (the functional one is PyTorch's composite of lgamma).
+at::Tensor& mvlgamma_out(T self, int64_t p, at::Tensor& out) { return assign_out(out, at::mvlgamma(self, p)); }
+
 // ---- losses of element-wise differences (PyTorch's Reduction: 0 none,
 // 1 mean, 2 sum), with their backwards.
 
@@ -721,6 +724,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("aminmax.out", aminmax_out);
   m.impl("angle", angle_impl);
   m.impl("angle.out", angle_out);
+  m.impl("mvlgamma.out", mvlgamma_out);
 }
 
 }  // namespace torch_tpu

@@ -49,6 +49,8 @@ at::Tensor& scatter_along(at::Tensor& out, int64_t dim, T index, T source, const
   const at::Tensor src = source.dim() == 0 && out.dim() == 1 ? source.reshape({1}) : source;
   const at::Tensor idx = index_along(index, dim, src);
   if (alpha == nullptr) return out.scatter_(dim, idx, src);
+  if (out.scalar_type() == at::kBool)  // bool: alpha acts as a logical factor, as on CPU
+    return alpha->toBool() ? out.scatter_add_(dim, idx, src) : out;
   return out.scatter_add_(dim, idx, alpha->equal(1) ? src : src * *alpha);
 }
 
@@ -156,10 +158,9 @@ at::Tensor take_impl(T self, T index) {
               index.scalar_type());
   check_same_device("take", self.device(), {{"index", &index}});
   TORCH_CHECK_INDEX(self.numel() > 0 || index.numel() == 0, "take(): tried to take from an empty tensor");
-  const at::Tensor flat = self.reshape({-1});
-  const at::Tensor idx = index.reshape({-1});
-  const at::Tensor wrapped = at::where(idx < 0, idx + self.numel(), idx);
-  return flat.index_select(0, wrapped).view(index.sizes());
+  // Advanced indexing counts a negative index from the end once, and an
+  // out-of-range one is an IndexError naming the value the user gave.
+  return self.reshape({-1}).index({index.reshape({-1})}).view(index.sizes());
 }
 
 at::Tensor& take_out(T self, T index, at::Tensor& out) {
@@ -179,11 +180,9 @@ at::Tensor& put_(at::Tensor& self, T index, T source, bool accumulate) {
   check_same_device("put_", self.device(), {{"index", &index}, {"source", &source}});
   if (index.numel() == 0) return self;
   TORCH_CHECK_INDEX(self.numel() > 0, "put_(): Tried to put elements into an empty tensor");
-  const at::Tensor idx = index.reshape({-1});
-  const at::Tensor wrapped = at::where(idx < 0, idx + self.numel(), idx);
   const bool direct = self.is_contiguous();
   at::Tensor flat = direct ? self.view({-1}) : self.contiguous().view({-1});
-  flat.index_put_({wrapped}, source.reshape({-1}), accumulate);
+  flat.index_put_({index.reshape({-1})}, source.reshape({-1}), accumulate);  // wraps a negative index once
   if (!direct) self.copy_(flat.view(self.sizes()));
   return self;
 }

@@ -224,12 +224,14 @@ using S = const c10::Scalar&;
 // addr: beta * self + alpha * outer(vec1, vec2) as one K = 1 product with
 // the bias, so a float result is rounded once, as the CPU kernel computes
 // it in the compute type. With beta == 0 self is ignored (NaN too), as in
-// PyTorch. Mixed or integer dtypes take PyTorch's own composite form.
+// PyTorch. Mixed or integer dtypes, and alpha == 0 (whose 0 * NaN PyTorch
+// keeps), take PyTorch's own composite form.
 at::Tensor& addr_out(T self, T vec1, T vec2, S beta, S alpha, at::Tensor& out) {
   TORCH_CHECK(vec1.dim() == 1 && vec2.dim() == 1, "addr: Expected 1-D argument vec1 and vec2, but got ",
               vec1.dim(), "-D and ", vec2.dim(), "-D");
   const at::ScalarType st = self.scalar_type();
-  if (!native_dtype(st) || vec1.scalar_type() != st || vec2.scalar_type() != st || out.scalar_type() != st) {
+  if (!native_dtype(st) || vec1.scalar_type() != st || vec2.scalar_type() != st || out.scalar_type() != st ||
+      alpha.toComplexDouble() == 0.0) {
     // (math_addr_out would dispatch back here through at::addr.)
     const at::Tensor r = at::native::math_addr(self, vec1, vec2, beta, alpha);
     at::native::resize_output(out, r.sizes());

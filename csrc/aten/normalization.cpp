@@ -318,6 +318,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm(const at::Tenso
   const at::Tensor weight = value_or_undefined(weight_opt), bias = value_or_undefined(bias_opt);
   check_group_norm(input, weight, bias, n, c, hxw, group);
   const at::ScalarType st = group_stats_dtype(input, weight), ct = compute_dtype(st);
+  if (input.numel() == 0) {  // no rows, or empty rows: mean 0-sized or NaN, as CPU's
+    const at::Tensor nan = at::full({n, group}, NAN, input.options().dtype(st));
+    return {at::empty_like(input), nan, nan.clone()};
+  }
   const at::Tensor x = input.to(ct).reshape({n, group, -1});
   const at::Tensor mean = x.mean(-1, /*keepdim=*/true);
   const at::Tensor centered = x - mean;
@@ -337,6 +341,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_group_norm_backward(
   const at::Tensor weight = value_or_undefined(weight_opt);
   check_group_norm(input, weight, at::Tensor(), n, c, hxw, group);
   const at::ScalarType ct = compute_dtype(group_stats_dtype(input, weight));
+  if (input.numel() == 0) {
+    const at::ScalarType pt = weight.defined() ? weight.scalar_type() : input.scalar_type();
+    return {mask[0] ? at::empty_like(input) : at::Tensor(), mask[1] ? at::zeros({c}, input.options().dtype(pt)) : at::Tensor(),
+            mask[2] ? at::zeros({c}, input.options().dtype(pt)) : at::Tensor()};
+  }
   const at::Tensor dy = grad_out.to(ct).reshape({n, c, hxw});
   const at::Tensor m = mean.to(ct).view({n, group, 1}), r = rstd.to(ct).view({n, group, 1});
   const at::Tensor xhat = ((input.to(ct).reshape({n, group, -1}) - m) * r).view({n, c, hxw});

@@ -53,7 +53,7 @@ void fused_adam(L params, L grads, L exp_avgs, L exp_avg_sqs, L max_exp_avg_sqs,
     at::Tensor pn = p0;
     if (weight_decay != 0) {
       if (AdamW)
-        pn = p0 - p0 * (lr * weight_decay);
+        pn = p0 * (1 - lr * weight_decay);  // as a product: an infinite parameter stays infinite
       else
         grad = grad + p0 * weight_decay;
     }

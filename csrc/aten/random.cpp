@@ -159,7 +159,10 @@ at::Tensor& randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor
   TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
   const at::ScalarType t = out.scalar_type();
   TORCH_CHECK(t != at::kBool && !out.is_complex(), "randperm is not implemented for ", t);
-  TORCH_CHECK(n == 0 || n - 1 <= random_max(t), "n is too large for result tensor type: '", t, "'");
+  // PyTorch's limits: integer types must hold n - 1; half at most 2049.
+  TORCH_CHECK(t != at::kHalf || n <= 2049, "n cannot be greater than 2049 for Half type.");
+  TORCH_CHECK(at::isFloatingType(t) || n == 0 || n - 1 <= random_max(t), "n is too large for result tensor type: '",
+              t, "'");
   at::native::resize_output(out, {n});
   if (n == 0) return out;
   at::Tensor keys = at::empty({n}, out.options().dtype(at::kLong));
@@ -187,6 +190,8 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
   sizes.back() = n_sample;
   at::native::resize_output(out, sizes);
+  // No category (or no row) to draw from: as CPU, an invalid distribution.
+  TORCH_CHECK(n_categories > 0, "invalid multinomial distribution (sum of probabilities <= 0)");
   if (self.numel() == 0 || out.numel() == 0) return out;
   const at::Tensor p = self.to(self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
   const at::Tensor bad = (p < 0).logical_or_(p.isnan()).logical_or_(p.isinf()).any();
@@ -194,9 +199,8 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   const at::Tensor sums = p.sum(-1, /*keepdim=*/true);
   TORCH_CHECK(!(sums <= 0).any().item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");
   if (!replacement || n_sample == 1) {
-    if (!replacement)
-      TORCH_CHECK(!((p > 0).sum(-1) < n_sample).any().item<bool>(), "invalid multinomial distribution (with ",
-                  "replacement=False, not enough non-negative category to sample)");
+    // With fewer positive categories than samples the zero ones fill in
+    // (their keys are 0), as the CPU kernel does.
     at::Tensor e = at::empty_like(p);
     run("aten::multinomial", TPU_RANDOM_UNIFORM, e, 0, 1, gen);
     // E = -log(1 - u), u in [0, 1): finite and > 0 except at u = 0.

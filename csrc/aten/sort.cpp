@@ -7,6 +7,7 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/sort_meta.h>
+#include <ATen/native/BucketizationUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/topk_meta.h>
 #include <ATen/ops/unique_consecutive_ops.h>
@@ -145,6 +146,82 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const c10::Scalar& min, c
   return histc_out(self, bins, min, max, out);
 }
 
+// ---- searchsorted / bucketize: one SORT SEARCHSORTED record, after
+// PyTorch's own checks; boundaries and values in their common dtype, a
+// sorter applied by a gather, 1-d boundaries broadcast (stride 0) over the
+// values' leading dims.
+
+at::Tensor& searchsorted_out(const at::Tensor& boundaries, const at::Tensor& self, bool out_int32, bool right,
+                             std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter_opt,
+                             at::Tensor& out) {
+  const char* name = "aten::searchsorted";
+  const at::Tensor sorter = sorter_opt.value_or(at::Tensor());
+  at::native::searchsorted_pre_check(boundaries, self, out, out_int32, right, side, sorter);
+  at::native::resize_output(out, self.sizes());
+  if (self.numel() == 0) return out;
+  const at::ScalarType common = at::result_type(boundaries, self);
+  TORCH_CHECK_NOT_IMPLEMENTED(common != at::kBool, "\"searchsorted_out_cpu\" not implemented for 'Bool'");
+  at::Tensor bd = boundaries.to(common);
+  if (sorter.defined()) bd = bd.gather(-1, sorter);
+  const at::Tensor values = (self.dim() == 0 ? self.reshape({1}) : self).to(common);
+  if (bd.dim() == 1 && values.dim() > 1) {
+    std::vector<int64_t> sizes(values.sizes().begin(), values.sizes().end());
+    sizes.back() = bd.size(0);
+    bd = bd.expand(sizes);
+  }
+  const bool fresh = !out.is_non_overlapping_and_dense() || out.is_alias_of(self) || out.is_alias_of(boundaries);
+  at::Tensor dst = fresh ? at::empty(values.sizes(), out.options()) : out.view(values.sizes());
+  check_in_storage(bd, name);
+  check_in_storage(values, name);
+  tpu_op rec{};
+  rec.code = TPU_OP_SORT;
+  rec.fn = TPU_SORT_SEARCHSORTED;
+  rec.n_in = 2;
+  rec.in[0] = describe(bd, name);
+  rec.in[1] = describe(values, name);
+  rec.out = describe(dst, name);
+  rec.p.sort.dim = static_cast<int32_t>(values.dim() - 1);
+  rec.p.sort.right = right || (side.has_value() && *side == "right");
+  submit(self.device().index(), rec, name);
+  if (fresh) out.copy_(dst.view(out.sizes()));
+  return out;
+}
+
+at::Tensor searchsorted_impl(const at::Tensor& boundaries, const at::Tensor& self, bool out_int32, bool right,
+                        std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
+  at::Tensor out = at::empty({0}, self.options().dtype(out_int32 ? at::kInt : at::kLong));
+  return searchsorted_out(boundaries, self, out_int32, right, side, sorter, out);
+}
+
+at::Tensor searchsorted_scalar(const at::Tensor& boundaries, const c10::Scalar& self, bool out_int32, bool right,
+                               std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter) {
+  return searchsorted_impl(boundaries, at::native::searchsorted_scalar_tensor(self, boundaries.device()), out_int32,
+                           right, side, sorter);
+}
+
+at::Tensor& searchsorted_scalar_out(const at::Tensor& boundaries, const c10::Scalar& self, bool out_int32, bool right,
+                                    std::optional<c10::string_view> side, const std::optional<at::Tensor>& sorter,
+                                    at::Tensor& out) {
+  return searchsorted_out(boundaries, at::native::searchsorted_scalar_tensor(self, boundaries.device()), out_int32,
+                          right, side, sorter, out);
+}
+
+at::Tensor& bucketize_out(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right,
+                          at::Tensor& out) {
+  TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", boundaries.dim(), ")");
+  return searchsorted_out(boundaries, self, out_int32, right, std::nullopt, std::nullopt, out);
+}
+
+at::Tensor bucketize_impl(const at::Tensor& self, const at::Tensor& boundaries, bool out_int32, bool right) {
+  at::Tensor out = at::empty({0}, self.options().dtype(out_int32 ? at::kInt : at::kLong));
+  return bucketize_out(self, boundaries, out_int32, right, out);
+}
+
+at::Tensor bucketize_scalar(const c10::Scalar& self, const at::Tensor& boundaries, bool out_int32, bool right) {
+  return bucketize_impl(at::native::searchsorted_scalar_tensor(self, boundaries.device()), boundaries, out_int32,
+                        right);
+}
+
 // ---- unique values of a flat sequence: a group starts where an element
 // differs from the one before (NaN differs from everything, so each NaN is
 // its own group, as on CPU).
@@ -220,6 +297,13 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("searchsorted.Tensor", searchsorted_impl);
+  m.impl("searchsorted.Tensor_out", searchsorted_out);
+  m.impl("searchsorted.Scalar", searchsorted_scalar);
+  m.impl("searchsorted.Scalar_out", searchsorted_scalar_out);
+  m.impl("bucketize.Tensor", bucketize_impl);
+  m.impl("bucketize.Tensor_out", bucketize_out);
+  m.impl("bucketize.Scalar", bucketize_scalar);
   m.impl("_unique2", unique2);
   m.impl("unique_consecutive", unique_consecutive);
   m.impl("bincount", bincount);

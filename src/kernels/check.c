@@ -799,11 +799,39 @@ static tpu_status check_scan(const tpu_op *op) {
     return TPU_OK;
 }
 
+/* SEARCHSORTED: boundaries [..., M] and values [..., N] of one dtype, out
+ * int64/int32 of the values' sizes. */
+static tpu_status check_searchsorted(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *bd = &op->in[0], *v = &op->in[1], *o = &op->out;
+    char sa[160], sb[160], sc[160];
+    if (op->n_in != 2)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected 2)", name, (int)op->n_in);
+    if (bd->dtype != v->dtype || v->dtype == TPU_DTYPE_BOOL ||
+        (o->dtype != TPU_DTYPE_I64 && o->dtype != TPU_DTYPE_I32))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: boundaries %s and values %s must share a "
+                             "dtype (not bool), out int64 or int32 (got %s)", name,
+                             tpu_dtype_name(bd->dtype), tpu_dtype_name(v->dtype), tpu_dtype_name(o->dtype));
+    bool ok = v->ndim >= 1 && bd->ndim == v->ndim && o->ndim == v->ndim && op->p.sort.dim == v->ndim - 1;
+    for (int32_t d = 0; ok && d < v->ndim; d++)
+        ok = o->sizes[d] == v->sizes[d] && (d == v->ndim - 1 || bd->sizes[d] == v->sizes[d]);
+    if (!ok)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: boundaries %s, values %s and out %s (ranks equal, leading "
+                             "sizes equal, out the values' sizes, dim the last)", name,
+                             fmt_sizes(sa, sizeof sa, bd), fmt_sizes(sb, sizeof sb, v),
+                             fmt_sizes(sc, sizeof sc, o));
+    return TPU_OK;
+}
+
 static tpu_status check_sort(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
     const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
     const int32_t dim = op->p.sort.dim;
     char sa[160], sb[160], sc[160];
+    if (op->fn == TPU_SORT_SEARCHSORTED)
+        return check_searchsorted(op);
+    if (op->n_in != 1)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: n_in is %d (expected 1)", name, (int)op->n_in);
     if (dim < 0 || dim >= in->ndim)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: dim %d is out of range for %d dims", name,
                              (int)dim, (int)in->ndim);
@@ -890,7 +918,7 @@ static int aux_count(const tpu_op *op) {
     switch (op->code) {
     case TPU_OP_NORM: return 2;
     case TPU_OP_LOSS: return op->fn == TPU_LOSS_NLL_FORWARD ? 1 : 0;
-    case TPU_OP_SORT: return 1;
+    case TPU_OP_SORT: return op->fn == TPU_SORT_SEARCHSORTED ? 0 : 1;
     case TPU_OP_SCAN: return op->fn == TPU_SCAN_CUMMAX || op->fn == TPU_SCAN_CUMMIN ? 1 : 0;
     case TPU_OP_WINDOW: return op->fn == TPU_WINDOW_MAX_POOL ? 1 : 0;
     case TPU_OP_ATTENTION: return op->fn == TPU_ATTENTION_FORWARD ? 1 : 2;
@@ -908,7 +936,7 @@ static const struct {
     [TPU_OP_TERNARY] = {2, 3}, [TPU_OP_SOFTMAX] = {1, 2},
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
     [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 5},    [TPU_OP_LOSS] = {3, 4},
-    [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 1},     [TPU_OP_WINDOW] = {1, 1},
+    [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 2},     [TPU_OP_WINDOW] = {1, 1},
     [TPU_OP_ATTENTION] = {4, 5},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,

@@ -83,7 +83,7 @@ static const tpu_k_fn_row k_unary[] = {
     [TPU_UNARY_ISNEGINF] = {"isneginf", TPU_K_TAKES_ANY, true},
     [TPU_UNARY_LOGICAL_NOT] = {"logical_not", TPU_K_TAKES_ANY, true},
     [TPU_UNARY_BITWISE_NOT] = {"bitwise_not", TPU_K_TAKES_INT_BOOL, false},
-    [TPU_UNARY_SIGNBIT] = {"signbit", TPU_K_TAKES_NOT_BOOL, true},
+    [TPU_UNARY_SIGNBIT] = {"signbit", TPU_K_TAKES_ANY, true},
     [TPU_UNARY_SINC] = {"sinc", TPU_K_TAKES_FLOAT, false},
     [TPU_UNARY_LOGIT] = {"logit", TPU_K_TAKES_FLOAT, false},
     [TPU_UNARY_HARDSHRINK] = {"hardshrink", TPU_K_TAKES_FLOAT, false},
@@ -223,7 +223,8 @@ static const char *const k_scan_names[] = {[TPU_SCAN_CUMSUM] = "cumsum",
 _Static_assert(sizeof k_scan_names / sizeof k_scan_names[0] == TPU_SCAN_COUNT,
                "every tpu_scan_fn needs a name");
 
-static const char *const k_sort_names[] = {[TPU_SORT_SORT] = "sort", [TPU_SORT_TOPK] = "topk"};
+static const char *const k_sort_names[] = {[TPU_SORT_SORT] = "sort", [TPU_SORT_TOPK] = "topk",
+                                           [TPU_SORT_SEARCHSORTED] = "searchsorted"};
 _Static_assert(sizeof k_sort_names / sizeof k_sort_names[0] == TPU_SORT_COUNT,
                "every tpu_sort_fn needs a name");
 

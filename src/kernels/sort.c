@@ -64,11 +64,65 @@ static int64_t line_len(const tpu_op *op) {
 }
 
 int64_t tpu_k_sort_scratch_bytes(const tpu_op *op) {
+    if (op->fn == TPU_SORT_SEARCHSORTED)
+        return 0;
     /* Two pair buffers per line: every input element, twice. */
     return 2 * tpu_k_numel(&op->in[0]) * (int64_t)sizeof(sort_pair);
 }
 
+/* SEARCHSORTED: a binary search of each value in its row of boundaries.
+ * Split over out's elements (each independent). The comparisons are
+ * PyTorch's, written so that NaN sorts last: a boundary is below a value
+ * when !(b >= v) (left) or !(b > v) (right). */
+static tpu_status searchsorted_ref(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *bd = &op->in[0], *v = &op->in[1], *o = &op->out;
+    const int32_t last = o->ndim - 1;
+    const int64_t m = bd->sizes[last], bstep = bd->strides[last];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    /* The row of boundaries does not move along the values' last dim. */
+    int64_t bd_strides[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < o->ndim; d++)
+        bd_strides[d] = d == last ? 0 : bd->strides[d];
+    const int64_t *strides[3] = {o->strides, v->strides, bd_strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 3, strides, start);
+    const bool right = op->p.sort.right, fl = tpu_dtype_is_float(v->dtype);
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        const char *row = tpu_k_ptr(bd, it.off[2]);
+        const size_t es = tpu_dtype_size(bd->dtype);
+        int64_t lo = 0, hi = m;
+        if (fl) {
+            const double x = tpu_k_load_f64(tpu_k_ptr(v, it.off[1]), v->dtype);
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                const double b = tpu_k_load_f64(row + mid * bstep * (int64_t)es, bd->dtype);
+                if (right ? !(b > x) : !(b >= x))
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+        } else {
+            const int64_t x = tpu_k_load_i64(tpu_k_ptr(v, it.off[1]), v->dtype);
+            while (lo < hi) {
+                const int64_t mid = lo + (hi - lo) / 2;
+                const int64_t b = tpu_k_load_i64(row + mid * bstep * (int64_t)es, bd->dtype);
+                if (right ? b <= x : b < x)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+        }
+        tpu_k_store_i64(tpu_k_ptr(o, it.off[0]), o->dtype, lo);
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_SORT_SEARCHSORTED)
+        return searchsorted_ref(op, ith, nth);
     const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
     const int32_t dim = op->p.sort.dim;
     const int64_t len = line_len(op), k_out = o->sizes[dim];

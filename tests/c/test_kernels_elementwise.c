@@ -394,7 +394,7 @@ static const fspec k_un[] = {
     UB(ISNEGINF),
     UB(LOGICAL_NOT),
     U(BITWISE_NOT, TK_INT_BOOL, DM_ANY, 0, 0, 0, false),
-    {TPU_UNARY_SIGNBIT, TK_NOT_BOOL, true, DM_ANY, 0, 0, 0, 0, false, false},
+    {TPU_UNARY_SIGNBIT, TK_ANY, true, DM_ANY, 0, 0, 0, 0, false, false},
     /* sinc near its zeros and logit near 1/2 are good to eps absolute
      * (the rounding of pi x, of x / (1 - x)). */
     U(SINC, TK_FLOAT, DM_ANY, 1, 2, 2, false),

@@ -166,7 +166,7 @@ typedef enum {
     TPU_UNARY_ISNEGINF,    /* -> bool; any */
     TPU_UNARY_LOGICAL_NOT, /* -> bool: x == 0; any */
     TPU_UNARY_BITWISE_NOT, /* ~x on integers, !x on bool */
-    TPU_UNARY_SIGNBIT,     /* -> bool: the sign bit (-0.0 and -NaN too); integers: x < 0; not bool */
+    TPU_UNARY_SIGNBIT,     /* -> bool: the sign bit (-0.0 and -NaN too); integers: x < 0; bool: false */
     TPU_UNARY_SINC,        /* sin(pi x) / (pi x), 1 at 0, float */
     TPU_UNARY_LOGIT,       /* log(z / (1 - z)), z = x clamped to [a0, 1 - a0] when a0 >= 0, else x; float */
     TPU_UNARY_HARDSHRINK,  /* -a0 <= x <= a0 ? 0 : x, float */
@@ -416,6 +416,12 @@ typedef enum {
     TPU_SORT_SORT = 0, /* out and aux[0] have in[0]'s sizes */
     TPU_SORT_TOPK,     /* out and aux[0] have in[0]'s sizes but out.sizes[dim] = k, the k first
                         * of the sorted line (descending: the k largest) */
+    TPU_SORT_SEARCHSORTED, /* in[0] = boundaries [..., M] sorted ascending along the last dim
+                        * (leading dims may have stride 0), in[1] = values [..., N] of the same
+                        * dtype (not bool) and leading sizes; out (int64 or int32, in[1]'s sizes)
+                        * = the count of boundaries below each value, or at or below it with
+                        * p.sort.right; NaN sorts above every number (PyTorch's rule); no
+                        * aux, no scratch; dim must be the last */
     TPU_SORT_COUNT
 } tpu_sort_fn;
 
@@ -587,6 +593,7 @@ typedef struct tpu_op {
         struct {
             int32_t dim;
             bool descending;
+            bool right; /* SEARCHSORTED */
         } sort;
         /* WINDOW: kernel, stride, padding and dilation, rows then columns
          * (kernel, stride, dilation >= 1; padding >= 0). */
