@@ -110,11 +110,19 @@ double tpu_k_zeta(double s, double q) {
     if (s != floor(s))
         return NAN; /* (q + k)^-s of a negative base */
     /* q = m + f, m = floor(q) < 0, 0 < f < 1: the terms k < -m are the
-     * negatives of (i + 1 - f), i < -m, so without a loop over |q|:
-     * zeta(s, q) = zeta(s, f) + (-1)^s (zeta(s, 1 - f) - zeta(s, 1 - f - m)). */
+     * negatives of (i + 1 - f), i < -m, summed directly for a few (the
+     * exact terms, no difference of two zetas), and for many as
+     * zeta(s, 1 - f) - zeta(s, 1 - f - m), so there is no loop over |q|. */
     const double m = floor(q), f = q - m;
     const double sign = fmod(s, 2.0) == 0.0 ? 1.0 : -1.0;
-    return zeta_pos(s, f) + sign * (zeta_pos(s, 1.0 - f) - zeta_pos(s, 1.0 - f - m));
+    double negative = 0.0;
+    if (-m <= 1024.0) {
+        for (double i = -m - 1.0; i >= 0.0; i -= 1.0) /* smallest terms first */
+            negative += pow(1.0 - f + i, -s);
+    } else {
+        negative = zeta_pos(s, 1.0 - f) - zeta_pos(s, 1.0 - f - m);
+    }
+    return zeta_pos(s, f) + sign * negative;
 }
 
 double tpu_k_polygamma(int64_t n, double x) {

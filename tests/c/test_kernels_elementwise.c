@@ -664,23 +664,29 @@ static double ref_digamma(double x, double *mag) {
 }
 
 /* psi^(n)(x) = (-1)^(n+1) n! sum_k (x + k)^-(n+1): 400 terms directly,
- * then the Euler-Maclaurin tail (three corrections). */
-static double ref_polygamma(int n, double x) {
+ * then the Euler-Maclaurin tail (three corrections). *mag: n! times the
+ * sum of the terms' sizes (below 0 they partly cancel the rest). */
+static double ref_polygamma(int n, double x, double *mag) {
+    *mag = 0;
     if (isnan(x))
         return x;
     if (x <= 0 && x == floor(x))
         return n % 2 ? INFINITY : -INFINITY; /* PyTorch: the sign times zeta's inf */
     if (isinf(x))
         return 0;
-    double s = n + 1, sum = 0, fact = 1;
+    double s = n + 1, sum = 0, size = 0, fact = 1;
     for (int i = 2; i <= n; i++)
         fact *= i;
     int k = 0;
-    for (; k < 400; k++)
-        sum += pow(x + k, -s);
+    for (; k < 400; k++) {
+        double t = pow(x + k, -s);
+        sum += t;
+        size += fabs(t);
+    }
     double a = x + k;
     sum += pow(a, 1 - s) / (s - 1) + 0.5 * pow(a, -s) + s * pow(a, -s - 1) / 12 -
            s * (s + 1) * (s + 2) * pow(a, -s - 3) / 720;
+    *mag = fact * size;
     return (n % 2 ? 1 : -1) * fact * sum;
 }
 
@@ -837,7 +843,7 @@ static void ex_unary_f(int fn, double x, const tpu_scalar *a, tpu_dtype cm, ex *
         break;
     case TPU_UNARY_DIGAMMA: v = ref_digamma(x, &r->mag); break;
     case TPU_UNARY_POLYGAMMA:
-        v = a[0].i == 0 ? ref_digamma(x, &r->mag) : ref_polygamma((int)a[0].i, x);
+        v = a[0].i == 0 ? ref_digamma(x, &r->mag) : ref_polygamma((int)a[0].i, x, &r->mag);
         break;
     case TPU_UNARY_I0: v = ref_bessel_i(0, x, false); break;
     case TPU_UNARY_I0E: v = ref_bessel_i(0, x, true); break;

@@ -663,7 +663,9 @@ static void sort_refusals(void) {
     CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "out overlaps in[0]");
     op = ok;
     op.fn = TPU_SORT_COUNT;
-    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "has no function 2");
+    char no_fn[32];
+    snprintf(no_fn, sizeof no_fn, "has no function %d", (int)TPU_SORT_COUNT);
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, no_fn);
     free(scratch);
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_SORT, TPU_SORT_TOPK), "topk") == 0);
 }
