@@ -109,20 +109,36 @@ double tpu_k_zeta(double s, double q) {
         return INFINITY; /* a pole (and -inf) */
     if (s != floor(s))
         return NAN; /* (q + k)^-s of a negative base */
-    /* q = m + f, m = floor(q) < 0, 0 < f < 1: the terms k < -m are the
-     * negatives of (i + 1 - f), i < -m, summed directly for a few (the
-     * exact terms, no difference of two zetas), and for many as
-     * zeta(s, 1 - f) - zeta(s, 1 - f - m), so there is no loop over |q|. */
-    const double m = floor(q), f = q - m;
-    const double sign = fmod(s, 2.0) == 0.0 ? 1.0 : -1.0;
-    double negative = 0.0;
-    if (-m <= 1024.0) {
-        for (double i = -m - 1.0; i >= 0.0; i -= 1.0) /* smallest terms first */
-            negative += pow(1.0 - f + i, -s);
-    } else {
-        negative = zeta_pos(s, 1.0 - f) - zeta_pos(s, 1.0 - f - m);
+    /* q = m + f, m = floor(q) < 0, 0 < f < 1. The J = -m terms below 0 are
+     * -(j + 1 - f), j < J, and the terms above are zeta(s, f) = sum_j
+     * (j + f)^-s. Paired, zeta(s, q) = sum_{j < J} [(j + f)^-s + (-1)^s
+     * (j + 1 - f)^-s] + zeta(s, J + f): for odd s each pair is a
+     * difference of close numbers, taken without cancellation as
+     * (1 - 2f) sum_i (j+f)^(i-s) (j+1-f)^(-1-i) (f = 1/2: exactly 0), so a
+     * small result is accurate however large its terms. Many negative
+     * terms or a large s: zeta(s, f) + (-1)^s (zeta(s, 1 - f) - zeta(s, 1 - f
+     * - m)), with no loop over |q|. */
+    const double m = floor(q), f = q - m, jn = -m;
+    const bool odd = fmod(s, 2.0) != 0.0;
+    if (jn > 1024.0 || s > 256.0) {
+        const double sign = odd ? -1.0 : 1.0;
+        return zeta_pos(s, f) + sign * (zeta_pos(s, 1.0 - f) - zeta_pos(s, 1.0 - f - m));
     }
-    return zeta_pos(s, f) + sign * negative;
+    double sum = zeta_pos(s, jn + f);
+    for (double j = jn - 1.0; j >= 0.0; j -= 1.0) { /* smallest pairs first */
+        const double a = j + f, b = j + 1.0 - f;
+        if (!odd) {
+            sum += pow(a, -s) + pow(b, -s);
+            continue;
+        }
+        double term = pow(a, -s) / b, ratio = a / b, inner = 0.0;
+        for (double i = 0.0; i < s; i += 1.0) {
+            inner += term;
+            term *= ratio;
+        }
+        sum += (1.0 - 2.0 * f) * inner;
+    }
+    return sum;
 }
 
 double tpu_k_polygamma(int64_t n, double x) {
