@@ -440,3 +440,17 @@ def test_addr_alpha_zero_keeps_nan_and_fused_adamw_keeps_inf():
             want = p.detach().clone()
         else:
             torch.testing.assert_close(p.detach().cpu(), want)
+
+
+def test_dtypes_the_cpu_refuses_are_refused():
+    """Integer glu / prelu / Huber, int32 average pooling, bool trace and
+    bool index_reduce: the CPU kernels have no loop for them, nor does tpu."""
+    i64 = torch.ones(2, 4, dtype=torch.long, device="tpu")
+    for call in [lambda: F.glu(i64), lambda: F.prelu(i64, i64[0, :1]), lambda: F.huber_loss(i64, i64),
+                 lambda: F.avg_pool2d(torch.ones(1, 1, 4, 4, dtype=torch.int, device="tpu"), 2),
+                 lambda: torch.trace(torch.ones(2, 2, dtype=torch.bool, device="tpu")),
+                 lambda: torch.ones(3, dtype=torch.bool, device="tpu").index_reduce(
+                     0, tpu(torch.tensor([0])), torch.ones(1, dtype=torch.bool, device="tpu"), "amax")]:
+        with pytest.raises(NotImplementedError, match="not implemented for"):
+            call()
+    same(F.avg_pool2d, torch.arange(16).view(1, 1, 4, 4), 2)  # int64 is taken, as on CPU

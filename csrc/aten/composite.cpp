@@ -326,6 +326,7 @@ at::Tensor& upsample_nearest2d_out(T self, at::IntArrayRef output_size, std::opt
 
 at::Tensor trace(T self) {
   TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"trace\" not implemented for 'Bool'");
   return self.diagonal().sum();
 }
 

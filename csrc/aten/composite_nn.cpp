@@ -13,9 +13,16 @@ namespace {
 
 using T = const at::Tensor&;
 
+// The dtypes PyTorch's CPU kernels take: floating point only.
+void check_float(const char* kernel, T t) {
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(t.scalar_type()), "\"", kernel, "\" not implemented for '",
+                              t.scalar_type(), "'");
+}
+
 // ---- glu: a * sigmoid(b), a and b the halves of dim.
 
 std::pair<at::Tensor, at::Tensor> glu_halves(T self, int64_t dim) {
+  check_float("glu_cpu", self);
   TORCH_CHECK(self.dim() > 0, "glu does not support scalars because halving size must be even");
   dim = at::maybe_wrap_dim(dim, self.dim());
   const int64_t n = self.size(dim);
@@ -50,7 +57,10 @@ at::Tensor& glu_bwd_out(T grad, T self, int64_t dim, at::Tensor& grad_input) {
 
 // ---- prelu (the weight already broadcast by the caller's view).
 
-at::Tensor prelu_kernel(T self, T weight) { return at::where(self > 0, self, weight * self); }
+at::Tensor prelu_kernel(T self, T weight) {
+  check_float("prelu_cpu", self);
+  return at::where(self > 0, self, weight * self);
+}
 
 // Both gradients have the broadcast shape; autograd sums the weight's.
 std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(T grad, T self, T weight) {
@@ -62,6 +72,7 @@ std::tuple<at::Tensor, at::Tensor> prelu_kernel_backward(T grad, T self, T weigh
 
 at::Tensor huber_fwd(T self, T target, int64_t reduction, double delta) {
   TORCH_CHECK(delta > 0, "huber_loss does not support non-positive values for delta.");
+  check_float("huber_cpu", self);
   const at::Tensor z = (self - target).abs();
   const at::Tensor l = at::where(z < delta, 0.5 * z * z, delta * (z - 0.5 * delta));
   if (reduction == at::Reduction::Mean) return l.mean();

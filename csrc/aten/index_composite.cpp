@@ -132,6 +132,7 @@ at::Tensor& index_reduce_out(T self, int64_t dim, T index, T source, c10::string
   TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
               "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
   check_index_source("index_reduce", self, dim, index, source);
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool, "\"index_func_\" not implemented for 'Bool'");
   if (!out.is_same(self)) {
     at::native::resize_output(out, self.sizes());
     out.copy_(self);

@@ -133,6 +133,8 @@ void avg_pool_kernel(Structured<at::meta::structured_avg_pool2d>& op, const at::
                      std::optional<int64_t> divisor_override) {
   const char* name = "aten::avg_pool2d";
   const at::Tensor& out = op.output_;
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isFloatingType(self.scalar_type()) || self.scalar_type() == at::kLong,
+                              "\"avg_pool2d\" not implemented for '", self.scalar_type(), "'");
   if (out.numel() == 0) return;
   const at::Tensor x = self.dim() == 4 ? self : self.unsqueeze(0);
   const AvgWindow w = avg_window(kernel, stride, padding);
