@@ -14,6 +14,7 @@ The CPU fallback is an error throughout, so everything here runs on
 native kernels; test_reaches_native_kernel shows by the profiler that
 SDPA's forward and backward take the ATTENTION kernel."""
 import math
+import os
 
 import pytest
 import torch
@@ -178,6 +179,89 @@ def test_fully_masked_rows(dtype, kind):
     assert torch.equal(dq.cpu()[:, :, dead], torch.zeros(2, 2, 3, 8, dtype=dtype))
     for t in (out, dq, dk, dv):
         assert torch.isfinite(t.cpu()).all()
+
+
+# Finite "minus infinity" masks, as padding masks built from
+# torch.finfo(dtype).min give. A row they hide is not dead: its scores
+# round to (nearly) the mask value, and SDPA is the softmax of those,
+# uniform over the keys where q . k rounds away. The oracle is the CPU's
+# math backend (the CPU's default takes its flash kernel when E == Ev,
+# whose backward does not normalise P for such rows: its logsumexp
+# m + log l rounds back to m). For bfloat16 it computes in float32, the
+# kernel's compute type, from the same rounded inputs: a -1e10 mask
+# leaves no trace of q . k in a float32 score, and float64 would keep it.
+# Under TORCH_TPU_REFERENCE=1 the kernel computes every dtype in float64,
+# and so does the oracle.
+HUGE_FILLS = ["finfo.min", -1e30, -1e10]
+REFERENCE = os.environ.get("TORCH_TPU_REFERENCE") == "1"
+
+
+def huge_fill(fill, dtype):
+    return torch.finfo(dtype).min if fill == "finfo.min" else fill
+
+
+def compare_math(q, k, v, grad, mask, dtype, tol_scale=1.0):
+    """tpu in `dtype` against the CPU's math backend in the kernel's
+    compute type (float64 for float64 or the reference path, else
+    float32) from the same rounded inputs, mask included."""
+    q, k, v, grad = (t.to(dtype) for t in (q, k, v, grad))
+    oracle = torch.float64 if dtype == torch.float64 or REFERENCE else torch.float32
+    with sdpa_kernel(SDPBackend.MATH):
+        ref = run_sdpa("cpu", oracle, q, k, v, grad, mask.to(oracle))
+    got = run_sdpa("tpu", dtype, q, k, v, grad, mask)
+    rtol, atol = TOL[dtype]
+    for name, r, g in zip(("out", "dq", "dk", "dv"), ref, got):
+        assert g.device.type == "tpu" and g.dtype == dtype and g.shape == r.shape, name
+        torch.testing.assert_close(g.cpu(), r.to(dtype), rtol=rtol * tol_scale, atol=atol * tol_scale,
+                                   msg=lambda m, n=name: f"{n}: {m}")
+    return got
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("fill", HUGE_FILLS)
+@pytest.mark.parametrize("e", [8, 4])
+def test_huge_finite_mask_row_reproducer(dtype, fill, e):
+    """A query row hidden by a finite mask value: the forward was right,
+    but dq, dk and dv came out as if P summed to the number of keys
+    (dv 3x too large here) whenever the CPU did not happen to make the
+    same mistake."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 1, 2, e), torch.randn(1, 1, 3, e), torch.randn(1, 1, 3, 4)
+    m = torch.zeros(2, 3, dtype=dtype)
+    m[1] = huge_fill(fill, dtype)
+    go = torch.randn(1, 1, 2, 4)
+    out, dq, dk, dv = compare_math(q, k, v, go, m, dtype)
+    if fill != -1e10 or not (dtype == torch.float64 or REFERENCE):
+        # q . k rounds away next to the mask: a uniform row, whose value
+        # gradient is a third of g's row 1 for every key.
+        vr, gr = v.to(dtype).double(), go.to(dtype).double()
+        tol = dict(rtol=TOL[dtype][0], atol=TOL[dtype][1])
+        torch.testing.assert_close(out.cpu()[0, 0, 1].double(), vr[0, 0].mean(0), **tol)
+        p0 = torch.softmax((q.to(dtype).double()[0, 0, 0] @ k.to(dtype).double()[0, 0].T) / math.sqrt(e), 0)
+        want_dv = p0[:, None] * gr[0, 0, 0] + gr[0, 0, 1] / 3
+        torch.testing.assert_close(dv.cpu()[0, 0].double(), want_dv, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("fill", HUGE_FILLS)
+@pytest.mark.parametrize("shape", [(2, 3, 37, 45, 16, 16), (1, 2, 70, 33, 8, 4), (1, 2, 9, 12, 64, 64)])
+def test_huge_finite_mask_rows(dtype, fill, shape):
+    """Fully and partially masked rows with a finite huge mask, across
+    several key and query blocks: rows fully hidden by the value, rows
+    with some keys hidden by it, a few keys at -inf, the rest 0."""
+    b, h, l, s, e, ev = shape
+    q, k, v = qkv(b, h, h, l, s, e, ev)
+    g = torch.Generator().manual_seed(8)
+    r = torch.rand(b, 1, l, s, generator=g)
+    mask = torch.zeros(b, 1, l, s, dtype=dtype)
+    value = huge_fill(fill, dtype)
+    mask[r < 0.3] = value
+    mask[r > 0.95] = -math.inf
+    mask[:, :, 1::4] = value  # every key of these rows
+    mask[-1, :, 2, :3] = -math.inf  # a row of huge and -inf keys
+    mask[-1, :, 2, 3:] = value
+    grad = randn(b, h, l, ev, seed=99)
+    compare_math(q, k, v, grad, mask, dtype)
 
 
 @pytest.mark.parametrize("shape", [(0, 2, 5, 5, 8, 8), (2, 2, 0, 5, 8, 8), (2, 2, 5, 0, 8, 8)])

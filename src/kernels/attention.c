@@ -13,12 +13,14 @@
  * masked gives 0 and logsumexp -inf (PyTorch's _safe_softmax gives 0
  * there too).
  *
- * Backward, with P_ij = exp(s_ij - lse_i), dP_ij = g_i . v_j and
+ * Backward, with P_ij = exp(s_ij - m_i) / l_i, dP_ij = g_i . v_j and
  * dS_ij = P_ij (dP_ij - D_i), D_i = sum_j P_ij dP_ij:
  *   dq_i = scale sum_j dS_ij k_j,
  *   dk_j = scale sum_{i, h in j's group} dS_ij q_i,
  *   dv_j = sum_{i, h in j's group} P_ij g_i.
- * Phase 0 computes every row's lse and D into scratch; phase 1 gives each
+ * Phase 0 computes every row's m, l and D into scratch (attention.h: not
+ * the logsumexp m + log l, which loses log l when the scores are huge,
+ * as under a finite mask of -FLT_MAX); phase 1 gives each
  * key row (b, hk, j) its dk and dv, summing over the group's query heads
  * and then the queries in order; phase 2 gives each query row its dq. So
  * every value is computed by one share in a fixed order, whatever the
@@ -160,33 +162,38 @@ tpu_status tpu_k_attn_forward_ref(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
-/* P_ij from the row's logsumexp; 0 for an all-masked row (lse -inf). */
-static double ref_prob(const tpu_k_attn *a, int64_t b, int64_t h, int64_t i, int64_t j, double lse) {
-    return lse == -INFINITY ? 0.0 : exp(ref_score(a, b, h, i, j) - lse);
+/* P_ij = exp(s_ij - m) / l from the row's max m and sum l, as the
+ * forward normalises; 0 for an all-masked row (m -inf). */
+static double ref_prob(const tpu_k_attn *a, int64_t b, int64_t h, int64_t i, int64_t j, double m,
+                       double l) {
+    return m == -INFINITY ? 0.0 : exp(ref_score(a, b, h, i, j) - m) / l;
 }
 
-/* Phase 0: row (b, h, i)'s logsumexp and D into scratch. */
+/* Phase 0: row (b, h, i)'s max, sum and D into scratch. */
 static void ref_stats_row(const tpu_op *op, const tpu_k_attn *a, int64_t b, int64_t h, int64_t i) {
     const int64_t at = tpu_k_attn_stat_index(a, b, h, i);
-    double *lse = tpu_k_attn_lse_scratch(op) + at, *d = tpu_k_attn_d_scratch(op, a) + at;
+    double *mx = tpu_k_attn_max_scratch(op) + at, *sm = tpu_k_attn_sum_scratch(op, a) + at;
+    double *d = tpu_k_attn_d_scratch(op, a) + at;
     const double m = ref_row_max(a, b, h, i);
     if (m == -INFINITY) {
-        *lse = -INFINITY;
-        *d = 0.0;
+        *mx = -INFINITY;
+        *sm = *d = 0.0;
         return;
     }
     const double l = ref_row_sum(a, b, h, i, m);
     double sum = 0.0;
     for (int64_t j = 0; j < a->s; j++)
         sum += exp(ref_score(a, b, h, i, j) - m) * ref_dp(a, b, h, i, j);
-    *lse = m + log(l);
+    *mx = m;
+    *sm = l;
     *d = sum / l;
 }
 
 /* Phase 1: key row (b, hk, j)'s dk and dv, REF_CHUNK columns of each per
  * pass over the group's queries. */
 static void ref_kv_row(const tpu_op *op, const tpu_k_attn *a, int64_t b, int64_t hk, int64_t j) {
-    const double *lse = tpu_k_attn_lse_scratch(op), *dd = tpu_k_attn_d_scratch(op, a);
+    const double *mx = tpu_k_attn_max_scratch(op), *sm = tpu_k_attn_sum_scratch(op, a);
+    const double *dd = tpu_k_attn_d_scratch(op, a);
     const int64_t kr = tpu_k_attn_row(a->dk, b, hk, j), vr = tpu_k_attn_row(a->dv, b, hk, j);
     const int64_t width = a->e > a->ev ? a->e : a->ev;
     for (int64_t c0 = 0; c0 < width; c0 += REF_CHUNK) {
@@ -196,7 +203,7 @@ static void ref_kv_row(const tpu_op *op, const tpu_k_attn *a, int64_t b, int64_t
         for (int64_t h = hk * a->group; h < (hk + 1) * a->group; h++)
             for (int64_t i = 0; i < a->l; i++) {
                 const int64_t at = tpu_k_attn_stat_index(a, b, h, i);
-                const double p = ref_prob(a, b, h, i, j, lse[at]);
+                const double p = ref_prob(a, b, h, i, j, mx[at], sm[at]);
                 if (p == 0.0)
                     continue; /* a masked pair adds nothing */
                 const double ds = p * (ref_dp(a, b, h, i, j) - dd[at]);
@@ -216,13 +223,14 @@ static void ref_kv_row(const tpu_op *op, const tpu_k_attn *a, int64_t b, int64_t
 /* Phase 2: query row (b, h, i)'s dq. */
 static void ref_q_row(const tpu_op *op, const tpu_k_attn *a, int64_t b, int64_t h, int64_t i) {
     const int64_t at = tpu_k_attn_stat_index(a, b, h, i);
-    const double lse = tpu_k_attn_lse_scratch(op)[at], d = tpu_k_attn_d_scratch(op, a)[at];
+    const double m = tpu_k_attn_max_scratch(op)[at], l = tpu_k_attn_sum_scratch(op, a)[at];
+    const double d = tpu_k_attn_d_scratch(op, a)[at];
     const int64_t qr = tpu_k_attn_row(a->dq, b, h, i), hk = h / a->group;
     for (int64_t c0 = 0; c0 < a->e; c0 += REF_CHUNK) {
         const int64_t n = a->e - c0 < REF_CHUNK ? a->e - c0 : REF_CHUNK;
         double acc[REF_CHUNK] = {0};
         for (int64_t j = 0; j < a->s; j++) {
-            const double p = ref_prob(a, b, h, i, j, lse);
+            const double p = ref_prob(a, b, h, i, j, m, l);
             if (p == 0.0)
                 continue;
             const double ds = p * (ref_dp(a, b, h, i, j) - d);
@@ -290,7 +298,7 @@ int64_t tpu_k_attention_scratch_bytes(const tpu_op *op) {
     int64_t rows, bytes;
     if (__builtin_mul_overflow(q->sizes[0], q->sizes[1], &rows) ||
         __builtin_mul_overflow(rows, q->sizes[2], &rows) ||
-        __builtin_mul_overflow(rows, (int64_t)(2 * sizeof(double)), &bytes))
+        __builtin_mul_overflow(rows, (int64_t)(TPU_K_ATTN_STATS * sizeof(double)), &bytes))
         return INT64_MAX; /* more than any chip has: tpu_op_check refuses it */
     return bytes;
 }

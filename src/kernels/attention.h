@@ -63,21 +63,32 @@ static inline double tpu_k_attn_mask_f64(const tpu_k_attn *a, int64_t b, int64_t
     return tpu_k_load_f64(p, m->dtype);
 }
 
-/* The backward's scratch: two f64 arrays of B * H * L, the logsumexp of
- * every query row, then its D = sum_j P_ij dP_ij (= rowsum(g * out)),
- * indexed ((b * H) + h) * L + i. Phase 0 writes them; phases 1 and 2
- * read them. An all-masked row has logsumexp -inf and D 0. */
+/* The backward's scratch: three f64 arrays of B * H * L, indexed
+ * ((b * H) + h) * L + i: every query row's score max m, its sum
+ * l = sum_j exp(s_j - m), and its D = sum_j P_ij dP_ij (=
+ * rowsum(g * out)). Phase 0 writes them; phases 1 and 2 read them and
+ * recompute P_ij = exp(s_ij - m) / l. m and l stay apart instead of
+ * being folded into the logsumexp m + log l: when every score of a row
+ * is huge (a row hidden by a finite mask such as -FLT_MAX, -1e30 or
+ * -1e10), m + log l rounds back to m and exp(s - lse) would no longer
+ * sum to 1. An all-masked row has m -inf, l 0 and D 0. */
+enum { TPU_K_ATTN_STATS = 3 }; /* f64 scratch values per query row */
+
 static inline int64_t tpu_k_attn_stat_index(const tpu_k_attn *a, int64_t b, int64_t h,
                                             int64_t i) {
     return (b * a->h + h) * a->l + i;
 }
 
-static inline double *tpu_k_attn_lse_scratch(const tpu_op *op) {
+static inline double *tpu_k_attn_max_scratch(const tpu_op *op) {
     return (double *)op->scratch;
 }
 
-static inline double *tpu_k_attn_d_scratch(const tpu_op *op, const tpu_k_attn *a) {
+static inline double *tpu_k_attn_sum_scratch(const tpu_op *op, const tpu_k_attn *a) {
     return (double *)op->scratch + a->b * a->h * a->l;
+}
+
+static inline double *tpu_k_attn_d_scratch(const tpu_op *op, const tpu_k_attn *a) {
+    return (double *)op->scratch + 2 * a->b * a->h * a->l;
 }
 
 /* Query blocks of a (b, h) and key blocks of a (b, hk) on the fast path

@@ -17,9 +17,12 @@
  * before exp(S - m') and its products with V are added. At the end the
  * output is acc / l and the logsumexp m + log(l).
  *
- * Backward: phase 0 recomputes each row's logsumexp and D = sum_j P dP
- * (dP = g V^T) in the same single online pass (D rescales with l);
- * phase 1 accumulates a key block's dK and dV over the group's query
+ * Backward: phase 0 recomputes each row's max m, sum l and D = sum_j P dP
+ * (dP = g V^T) in the same single online pass (D rescales with l), and
+ * the later phases recompute P = exp(S - m) / l as the forward
+ * normalises (not exp(S - lse): m + log l rounds to m when the scores
+ * are huge, as in a row hidden by a finite mask of -FLT_MAX); phase 1
+ * accumulates a key block's dK and dV over the group's query
  * heads and all query blocks in order; phase 2 a query block's dQ over
  * the key blocks. The statistics pass through scratch (attention.h).
  *
@@ -479,11 +482,11 @@ typedef struct {
     float s[BLK * BLK];   /* scores, probabilities, then dS */
     float dp[BLK * BLK];  /* dP = g V^T */
     float pt[BLK * BLK];  /* P and dS transposed (phase 1) */
-    float m[BLK], l[BLK], d[BLK], alpha[BLK], lse[BLK];
+    float m[BLK], l[BLK], d[BLK], alpha[BLK];
     float tmp[MAXH];
 } bwd_tiles;
 
-/* Phase 0: the logsumexp and D of a query block's rows, into scratch. */
+/* Phase 0: the max, sum and D of a query block's rows, into scratch. */
 static void stats_unit(const tpu_op *op, const tpu_k_attn *a, bwd_tiles *t, int64_t b, int64_t h,
                        int64_t qb) {
     const int64_t i0 = qb * BLK, hk = h / a->group, e = a->e, ev = a->ev;
@@ -509,35 +512,45 @@ static void stats_unit(const tpu_op *op, const tpu_k_attn *a, bwd_tiles *t, int6
         for (int r = 0; r < rows; r++)
             t->d[r] = t->d[r] * t->alpha[r] + row_sum(t->s + r * BLK, t->dp + r * BLK);
     }
-    double *lse = tpu_k_attn_lse_scratch(op), *dd = tpu_k_attn_d_scratch(op, a);
+    double *mx = tpu_k_attn_max_scratch(op), *sm = tpu_k_attn_sum_scratch(op, a);
+    double *dd = tpu_k_attn_d_scratch(op, a);
     for (int r = 0; r < rows; r++) {
         const int64_t at = tpu_k_attn_stat_index(a, b, h, i0 + r);
         const bool none = t->m[r] == -INFINITY;
-        lse[at] = none ? -INFINITY : (float)((double)t->m[r] + log((double)t->l[r]));
+        mx[at] = t->m[r];
+        sm[at] = none ? 0.0 : t->l[r];
         dd[at] = none ? 0.0 : t->d[r] / t->l[r];
     }
 }
 
-/* Reads the statistics of rows i0 .. i0 + rows - 1 of (b, h) as f32. */
+/* Reads the statistics of rows i0 .. i0 + rows - 1 of (b, h): f32 values
+ * stored as f64, so exactly. */
 static void load_stats(const tpu_op *op, const tpu_k_attn *a, bwd_tiles *t, int64_t b, int64_t h,
                        int64_t i0, int rows) {
-    const double *lse = tpu_k_attn_lse_scratch(op), *dd = tpu_k_attn_d_scratch(op, a);
+    const double *mx = tpu_k_attn_max_scratch(op), *sm = tpu_k_attn_sum_scratch(op, a);
+    const double *dd = tpu_k_attn_d_scratch(op, a);
     for (int r = 0; r < rows; r++) {
         const int64_t at = tpu_k_attn_stat_index(a, b, h, i0 + r);
-        t->lse[r] = (float)lse[at];
+        t->m[r] = (float)mx[at];
+        t->l[r] = (float)sm[at];
         t->d[r] = (float)dd[at];
     }
 }
 
 /* For query rows qp and gradient rows gp (rows of each, from i0; ldq and
- * ldg floats apart) against the key block in t->kt, t->vt: P into t->s
- * and dS = P (dP - D) into t->dp. */
+ * ldg floats apart) against the key block in t->kt, t->vt: P = exp(S -
+ * m) / l into t->s and dS = P (dP - D) into t->dp. An all-masked row (m
+ * -inf, l 0) has exp 0 throughout and is left so. */
 static void probs_and_ds(const tpu_k_attn *a, bwd_tiles *t, const float *qp, int64_t ldq,
                          const float *gp, int64_t ldg, int64_t b, int64_t h, int64_t i0, int rows,
                          int64_t j0, int nk) {
     tile_dot(t->s, qp, ldq, t->kt, a->e, rows);
     finish_scores(a, t->s, b, h, i0, rows, j0, nk);
-    exp_rows(t->s, t->lse, rows);
+    exp_rows(t->s, t->m, rows);
+    for (int r = 0; r < rows; r++)
+        if (t->m[r] != -INFINITY)
+            for (int j = 0; j < BLK; j++)
+                t->s[r * BLK + j] /= t->l[r];
     tile_dot(t->dp, gp, ldg, t->vt, a->ev, rows);
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < BLK; j++)

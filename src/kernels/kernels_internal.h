@@ -189,12 +189,12 @@ double tpu_k_bessel_i(int nu, double x, bool scaled);
 
 /* ATTENTION (attention.c, attention_fast.c): the forward's reference and
  * tiled kernels, and the backward's three phases (0: each query row's
- * logsumexp and D into scratch; 1: dk and dv per key block; 2: dq per
+ * max, sum and D into scratch; 1: dk and dv per key block; 2: dq per
  * query block), each phase choosing its path. */
 tpu_status tpu_k_attention_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_attention_fast(const tpu_op *op, int ith, int nth);
 int tpu_k_attention_phases(const tpu_op *op);            /* 3 backward, else 1 */
-int64_t tpu_k_attention_scratch_bytes(const tpu_op *op); /* backward: 2 f64 per query row */
+int64_t tpu_k_attention_scratch_bytes(const tpu_op *op); /* backward: 3 f64 per query row */
 tpu_status tpu_k_attention_run_phase(const tpu_op *op, int phase, int ith, int nth);
 
 /* Reads an int64, int32 or uint8 index element. */

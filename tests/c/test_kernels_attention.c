@@ -25,7 +25,12 @@
  * the tiled path's limit (reference fallback), GQA, is_causal, bool and
  * additive masks with broadcast (stride 0) dims and with fully masked
  * rows, every float dtype, layouts (row-major, transposed, with gaps,
- * negative strides). Each record runs in every kernel mode (reference,
+ * negative strides). Also rows hidden by a huge finite additive mask
+ * (-FLT_MAX, -1e30, as padding masks built from finfo.min give): their
+ * scores all round to the mask value in every precision, so the row's
+ * softmax is uniform over those keys and its gradients must be those of
+ * that softmax (a logsumexp m + log l that rounds back to m does not
+ * normalise P). Each record runs in every kernel mode (reference,
  * and fast at each instruction-set level) with nth = 1, 2, 3, 7: within a
  * mode every run writes the same bytes, and the fast modes agree with
  * each other byte for byte. Also: a known answer, tpu_op_check's
@@ -51,17 +56,18 @@ typedef struct {
     bool causal;
     mask_kind mask;
     bool dead_rows; /* the mask hides every key of some rows */
+    double huge;    /* nonzero: a finite huge negative mask value (see make_mask) */
     double scale;
     int layout;     /* of q, k, v, g; outputs rotate from it */
 } acase;
 
 static void describe(const acase *c, char *buf, size_t cap) {
     snprintf(buf, cap, "attention B%lld H%lld Hk%lld L%lld S%lld E%lld Ev%lld %s %s%s mask %s%s "
-             "scale %g",
+             "huge %g scale %g",
              (long long)c->b, (long long)c->h, (long long)c->hk, (long long)c->l,
              (long long)c->s, (long long)c->e, (long long)c->ev, dt_str(c->dt),
              k_layout_names[c->layout], c->causal ? " causal" : "", k_mask_names[c->mask],
-             c->dead_rows ? " (dead rows)" : "", c->scale);
+             c->dead_rows ? " (dead rows)" : "", c->huge, c->scale);
 }
 
 /* ---------------------------------------------------------- operands */
@@ -132,11 +138,15 @@ static void make_mask(operands *o) {
         double v = dt == BOOL ? (t_unit() < 0.75) : 4 * t_unit() - 2;
         if (dt != BOOL && t_unit() < 0.15)
             v = -INFINITY;
+        /* With c->huge, some keys of every row take the huge value too. */
+        if (c->huge != 0 && dt != BOOL && t_unit() < 0.15)
+            v = c->huge;
         /* Dead rows: every key hidden for query rows 1 and 3 (mod 4) of a
-         * mask with a query dim, else for batch 1 or head 1. */
+         * mask with a query dim, else for batch 1 or head 1; with c->huge,
+         * hidden mostly by the huge value (the rest -inf). */
         bool dead = m[2] > 1 ? i2 % 4 == 1 || i2 % 4 == 3 : i0 == 1 || i1 == 1;
         if (c->dead_rows && dead)
-            v = dt == BOOL ? 0 : -INFINITY;
+            v = dt == BOOL ? 0 : c->huge != 0 && t_unit() < 0.85 ? c->huge : -INFINITY;
         fb_set(&o->mask, x, v);
     }
     /* The record's view: [B, H, L, S], stride 0 in the broadcast dims. */
@@ -218,6 +228,14 @@ static tpu_op backward_op(const operands *o) {
 
 /* --------------------------------------------------------- reference */
 
+/* A finite mask value so large (at least 2^90) that scale q . k rounds
+ * away next to it in every precision here, long double included: such a
+ * score equals the mask value exactly, so the value adds no rounding
+ * error for the tolerances to cover. */
+static bool huge_add(long double add) {
+    return isfinite(add) && fabsl(add) >= 0x1p90L;
+}
+
 /* The definition in long double, with the magnitudes the tolerances use.
  * Arrays are row-major over the logical shapes. */
 typedef struct {
@@ -262,7 +280,8 @@ static void compute_expected(const operands *o, expected *x) {
                     const bool hidden = (c->causal && j > i) || add == -INFINITY;
                     s[j] = hidden ? -INFINITY : c->scale * dot + add;
                     if (!hidden) {
-                        const long double a = fabsl(c->scale) * adot + fabsl(add);
+                        const long double a =
+                            fabsl(c->scale) * adot + (huge_add(add) ? 0 : fabsl(add));
                         amax = a > amax ? a : amax;
                     }
                     m = s[j] > m ? s[j] : m;
@@ -503,7 +522,7 @@ static void run_case(const acase *c) {
 
     tpu_op bwd = backward_op(&o);
     CHECK(tpu_op_phases(&bwd) == 3);
-    CHECK(tpu_op_scratch_bytes(&bwd) == 16 * c->b * c->h * c->l);
+    CHECK(tpu_op_scratch_bytes(&bwd) == 24 * c->b * c->h * c->l);
     fbuf *bw[] = {&o.dq, &o.dk, &o.dv};
     fbuf *br[] = {&o.g, &o.q, &o.k, &o.v, &o.mask};
     run_modes(&bwd, bw, 3, br, c->mask != M_NONE ? 5 : 4, &base, verify_backward);
@@ -541,6 +560,40 @@ static void run_table(void) {
                 c.mask = (mask_kind)(rot % M_COUNT);
                 c.dead_rows = c.mask != M_NONE && rot % 4 == 2;
                 c.scale = rot % 5 == 3 ? -0.5 : rot % 5 == 4 ? 0.3 : (e > 0 ? 1 / sqrt((double)e) : 1);
+                c.layout = rot % L_COUNT;
+                run_case(&c);
+            }
+}
+
+/* Rows hidden by a huge finite mask instead of -inf (PyTorch padding
+ * masks built from torch.finfo(dtype).min): every key of a dead row, and
+ * some keys of the others, get `huge`. The mask is the operands' dtype
+ * (add[B,H,L,S]) or f32 (add[1,H,1,S]); f16 (which cannot hold these
+ * values) always takes the f32 one, and bf16's own mask its lowest
+ * finite value (bf16 rounds -FLT_MAX to -inf). Head sizes include 8,
+ * whose scale 1/sqrt(8) is inexact, and one past the tiled limit. */
+static void run_huge_masks(void) {
+    static const struct {
+        int64_t b, h, hk, l, s, e, ev;
+    } shapes[] = {
+        {1, 1, 1, 2, 3, 8, 4},     {1, 2, 1, 37, 45, 8, 8},  {2, 2, 2, 33, 70, 4, 12},
+        {1, 2, 2, 5, 40, 24, 16},  {1, 2, 2, 64, 64, 64, 64}, {1, 2, 2, 9, 10, 300, 7},
+    };
+    static const double fills[] = {-0x1.fffffep127, -1e30};
+    int rot = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (size_t di = 0; di < sizeof k_dtypes / sizeof k_dtypes[0]; di++)
+            for (size_t fi = 0; fi < sizeof fills / sizeof fills[0]; fi++, rot++) {
+                const tpu_dtype dt = k_dtypes[di];
+                const int64_t e = shapes[si].e;
+                acase c = {.b = shapes[si].b, .h = shapes[si].h, .hk = shapes[si].hk,
+                           .l = shapes[si].l, .s = shapes[si].s, .e = e, .ev = shapes[si].ev,
+                           .dt = dt, .dead_rows = true, .huge = fills[fi]};
+                c.mask = dt == F16 || (si + di + fi) % 2 ? M_ADD_1H1S : M_ADD_FULL;
+                if (dt == BF16 && c.mask == M_ADD_FULL && fi == 0)
+                    c.huge = -0x1.fep127;
+                c.causal = (si + di) % 3 == 2;
+                c.scale = (si + fi) % 4 == 3 ? 0.3 : 1 / sqrt((double)e);
                 c.layout = rot % L_COUNT;
                 run_case(&c);
             }
@@ -652,6 +705,7 @@ int main(void) {
     known_answer(F64);
     refusals();
     run_table();
+    run_huge_masks();
     printf("%d attention cases\n", g_cases);
     return check_report();
 }
