@@ -454,3 +454,22 @@ def test_dtypes_the_cpu_refuses_are_refused():
         with pytest.raises(NotImplementedError, match="not implemented for"):
             call()
     same(F.avg_pool2d, torch.arange(16).view(1, 1, 4, 4), 2)  # int64 is taken, as on CPU
+
+
+# ------------------------------------------------------------- padding
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_reflect_and_replicate_padding_with_backward(mode, dtype):
+    for shape, pad in [((2, 3, 7), (2, 3)), ((3, 7), (1, 0)), ((2, 3, 5, 6), (1, 2, 3, 0)), ((3, 5, 6), (2, 2, 1, 1)),
+                       ((1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2)), ((2, 3, 8), (-2, 1)), ((2, 3, 5, 6), (0, -1, -2, 2))]:
+        x = randn(*shape, dtype=dtype)
+        a, b = x.clone().requires_grad_(), tpu(x).requires_grad_()
+        ya, yb = F.pad(a, pad, mode=mode), F.pad(b, pad, mode=mode)
+        check(ya.detach(), yb.detach())
+        g = randn(*ya.shape, seed=9, dtype=dtype)
+        ya.backward(g)
+        yb.backward(tpu(g))
+        check(a.grad, b.grad, atol=5e-2 if dtype == torch.bfloat16 else None)
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        F.pad(tpu(randn(2, 3, 4)), (4, 0), mode="reflect")
