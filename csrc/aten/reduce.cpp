@@ -283,34 +283,46 @@ at::Tensor full_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype
   return out;
 }
 
-// cumsum / cumprod: one SCAN record. As on CPU, the input is first
-// converted to the result's dtype (cumsum(x, dtype=f16) rounds x first).
-template <class Meta, tpu_scan_fn Fn>
-void scan_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, std::optional<at::ScalarType>) {
-  const char* name = Fn == TPU_SCAN_CUMSUM ? "aten::cumsum" : "aten::cumprod";
-  const at::Tensor& out = op.output_;
+// One SCAN record of src along dim into out (and the positions into
+// `positions` for cummax / cummin). 0-d tensors go as 1-d. The kernel reads
+// elements of a line it has already written only in place (out == src);
+// any other overlap, or an out overlapping itself, goes through a fresh
+// result copied back.
+void submit_scan(tpu_scan_fn fn, const char* name, const at::Tensor& src, const at::Tensor& out, int64_t dim,
+                 const at::Tensor& positions = at::Tensor()) {
   if (out.numel() == 0) return;
-  check_in_storage(self, name);
-  const at::ScalarType type = out.scalar_type();
-  const at::Tensor src = converts_exactly(self.scalar_type(), type) ? self : self.to(type);
-  const at::Tensor out1 = out.dim() == 0 ? out.reshape({1}) : out, src1 = src.dim() == 0 ? src.reshape({1}) : src;
+  const auto as_1d = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };
+  const bool fresh = (out.is_alias_of(src) && !out.is_same(src)) ||
+                     at::has_internal_overlap(out) == at::MemOverlap::Yes;
+  const at::Tensor dst = fresh ? at::empty_like(out, at::MemoryFormat::Contiguous) : out;
+  const at::Tensor src1 = as_1d(src), dst1 = as_1d(dst);
+  check_in_storage(src1, name);
+  check_in_storage(dst1, name);
   tpu_op rec{};
   rec.code = TPU_OP_SCAN;
-  rec.fn = Fn;
+  rec.fn = fn;
   rec.n_in = 1;
-  rec.out = describe(out1, name);
   rec.in[0] = describe(src1, name);
-  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src.dim()));
-  if (out.is_alias_of(src) && !out.is_same(src)) {
-    // A scan reads elements it has already written along the line only
-    // in place; any other overlap goes through a fresh result.
-    at::Tensor fresh = at::empty_like(out1, at::MemoryFormat::Contiguous);
-    rec.out = describe(fresh, name);
-    submit(out.device().index(), rec, name);
-    copy_tensor(out1, fresh, false);
-    return;
+  rec.out = describe(dst1, name);
+  if (positions.defined()) {
+    const at::Tensor pos1 = as_1d(positions);
+    check_in_storage(pos1, name);
+    rec.n_aux = 1;
+    rec.aux[0] = describe(pos1, name);
   }
-  submit(out.device().index(), rec, name);
+  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src1.dim()));
+  submit(src.device().index(), rec, name);
+  if (fresh) copy_tensor(out, dst, false);
+}
+
+// cumsum / cumprod. As on CPU, the input is first converted to the
+// result's dtype (cumsum(x, dtype=f16) rounds x first).
+template <class Meta, tpu_scan_fn Fn>
+void scan_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, std::optional<at::ScalarType>) {
+  const at::Tensor& out = op.output_;
+  const at::ScalarType type = out.scalar_type();
+  const at::Tensor src = converts_exactly(self.scalar_type(), type) ? self : self.to(type);
+  submit_scan(Fn, Fn == TPU_SCAN_CUMSUM ? "aten::cumsum" : "aten::cumprod", src, out, dim);
 }
 
 // cummax / cummin: PyTorch's composite cummax allocates values and
@@ -318,21 +330,8 @@ void scan_kernel(Structured<Meta>& op, const at::Tensor& self, int64_t dim, std:
 template <tpu_scan_fn Fn>
 void cum_extreme_helper(const at::Tensor& self, at::Tensor& values, at::Tensor& indices, int64_t dim) {
   const char* name = Fn == TPU_SCAN_CUMMAX ? "aten::cummax" : "aten::cummin";
-  if (self.numel() == 0) return;
   check_same_device(name, self.device(), {{"values", &values}, {"indices", &indices}});
-  const auto d1 = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };
-  const at::Tensor src = d1(self), v = d1(values), ix = d1(indices);
-  for (const at::Tensor* t : {&src, &v, &ix}) check_in_storage(*t, name);
-  tpu_op rec{};
-  rec.code = TPU_OP_SCAN;
-  rec.fn = Fn;
-  rec.n_in = 1;
-  rec.n_aux = 1;
-  rec.in[0] = describe(src, name);
-  rec.out = describe(v, name);
-  rec.aux[0] = describe(ix, name);
-  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src.dim()));
-  submit(self.device().index(), rec, name);
+  submit_scan(Fn, name, self, values, dim, indices);
 }
 
 // logcumsumexp: floats only, as on CPU; the result has self's dtype.
@@ -341,22 +340,8 @@ at::Tensor& logcumsumexp_out(const at::Tensor& self, int64_t dim, at::Tensor& ou
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), "\"logcumsumexp_out_cpu\" not implemented for '",
               self.scalar_type(), "'");
   at::native::resize_output(out, self.sizes());
-  if (self.numel() == 0) return out;
   check_same_device(name, self.device(), {{"out", &out}});
-  const auto d1 = [](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t; };
-  const bool fresh = out.is_alias_of(self) || !out.is_non_overlapping_and_dense();
-  at::Tensor dst = fresh ? at::empty_like(self, at::MemoryFormat::Contiguous) : out;
-  const at::Tensor src = d1(self), dst1 = d1(dst);
-  for (const at::Tensor* t : {&src, &dst1}) check_in_storage(*t, name);
-  tpu_op rec{};
-  rec.code = TPU_OP_SCAN;
-  rec.fn = TPU_SCAN_LOGCUMSUMEXP;
-  rec.n_in = 1;
-  rec.in[0] = describe(src, name);
-  rec.out = describe(dst1, name);
-  rec.p.scan.dim = static_cast<int32_t>(at::maybe_wrap_dim(dim, src.dim()));
-  submit(self.device().index(), rec, name);
-  if (fresh) out.copy_(dst);
+  submit_scan(TPU_SCAN_LOGCUMSUMEXP, name, self, out, dim);
   return out;
 }
 
