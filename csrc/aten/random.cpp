@@ -194,10 +194,12 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   TORCH_CHECK(n_categories > 0, "invalid multinomial distribution (sum of probabilities <= 0)");
   if (self.numel() == 0 || out.numel() == 0) return out;
   const at::Tensor p = self.to(self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  const at::Tensor bad = (p < 0).logical_or_(p.isnan()).logical_or_(p.isinf()).any();
-  TORCH_CHECK(!bad.item<bool>(), "probability tensor contains either `inf`, `nan` or element < 0");
   const at::Tensor sums = p.sum(-1, /*keepdim=*/true);
-  TORCH_CHECK(!(sums <= 0).any().item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");
+  // Both checks in one host read: [any bad element, any row summing to <= 0].
+  const at::Tensor bad = (p < 0).logical_or_(p.isnan()).logical_or_(p.isinf()).any();
+  const at::Tensor flags = at::stack({bad, (sums <= 0).any()}).cpu();
+  TORCH_CHECK(!flags[0].item<bool>(), "probability tensor contains either `inf`, `nan` or element < 0");
+  TORCH_CHECK(!flags[1].item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");
   if (!replacement || n_sample == 1) {
     // With fewer positive categories than samples the zero ones fill in
     // (their keys are 0), as the CPU kernel does.
@@ -213,8 +215,9 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   std::vector<int64_t> usizes(sizes.begin(), sizes.end());
   at::Tensor u = at::empty(usizes, p.options());
   run("aten::multinomial", TPU_RANDOM_UNIFORM, u, 0, 1, gen);
-  // The index of a draw: how many cumulative values lie at or below it.
-  const at::Tensor picks = (cdf.unsqueeze(-2) <= u.unsqueeze(-1)).sum(-1);
+  // The index of a draw: how many cumulative values lie at or below it (a
+  // binary search per draw, SORT SEARCHSORTED).
+  const at::Tensor picks = at::searchsorted(cdf.contiguous(), u, /*out_int32=*/false, /*right=*/true);
   out.copy_(picks.clamp_max(n_categories - 1));
   return out;
 }

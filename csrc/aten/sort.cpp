@@ -283,8 +283,9 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   int64_t size = minlength;
   if (self.numel() > 0) {
     const auto [lo, hi] = at::aminmax(self);
-    TORCH_CHECK(lo.item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
-    size = std::max(size, hi.item<int64_t>() + 1);
+    const at::Tensor range = at::stack({lo, hi}).to(at::kLong).cpu();  // one host read
+    TORCH_CHECK(range[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    size = std::max(size, range[1].item<int64_t>() + 1);
   }
   const at::ScalarType t = !weights.defined() ? at::kLong
                            : weights.scalar_type() == at::kFloat ? at::kFloat : at::kDouble;
