@@ -7,6 +7,7 @@
  *   target_host.c  the virtual TPU behind target.h
  *   mem.c          the per-chip caching allocator
  *   stream.c       streams: ring of records, worker thread, kept errors
+ *   record.c       the compact form of a record in a ring
  *   wait.c         the hooks around blocking waits of host threads
  *   event.c        events
  *   mode.c         the execution mode
@@ -26,8 +27,10 @@
 #define TPU_CHIPS_MAX 64     /* largest valid TORCH_TPU_CHIPS */
 #define TPU_THREADS_MAX 1024 /* largest valid TORCH_TPU_NUM_THREADS */
 #define TPU_MSG_MAX 1024     /* bytes of an error message, NUL included */
-/* Records a stream holds before submitters wait: about 1 MiB of queue. */
-#define TPU_STREAM_RING_SLOTS 1024
+/* Bytes of queued entries a stream holds before submitters wait: about
+ * 1,500 records of a binary op on matrices (records are packed, see
+ * record.c). A multiple of 16. */
+#define TPU_STREAM_RING_BYTES (512 * 1024)
 
 /* The configuration read from the environment by tpu_runtime_init. */
 typedef struct {
@@ -83,6 +86,21 @@ void tpu_mem_setup(int chips);
  * TPU_ERR_INVALID_ARG with a message naming the range. The stream's submit
  * path runs it on every device tensor of a record. */
 tpu_status tpu_mem_check_range(int chip, bool any_chip, const void *p, uint64_t nbytes);
+
+/* -------------------------------------------------------------- record.c */
+
+/* Bytes of the compact form of a checked record `op`: its fields, and of
+ * each tensor it uses (out, n_in inputs, n_aux further outputs) only the
+ * ndim dims in use. A multiple of 16, at most sizeof(tpu_op) + 256. */
+size_t tpu_record_packed_size(const tpu_op *op);
+
+/* Writes the compact form of `op` to dst: tpu_record_packed_size(op)
+ * bytes, dst 8-aligned. */
+void tpu_record_pack(const tpu_op *op, void *dst);
+
+/* Rebuilds into *op the record packed at src; the slots and dims it does
+ * not use read as zero (absent). */
+void tpu_record_unpack(const void *src, tpu_op *op);
 
 /* -------------------------------------------------------------- stream.c */
 

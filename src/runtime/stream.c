@@ -1,13 +1,16 @@
 /* Streams: a bounded ring of records per stream and one worker thread that
  * runs them in order.
  *
- * The ring has TPU_STREAM_RING_SLOTS fixed-size slots, allocated with the
- * stream: queueing a record copies it into a slot, with no heap allocation
- * per op, and bounds the host memory that queued work can take (records
- * and bytes alike, as every slot has the same size). A submitter that
- * finds the ring full waits for the worker to free a slot; that wait, like
- * every blocking wait of a host thread, runs between the wait hooks (see
- * wait.c), so a Python caller gives up the GIL while it waits.
+ * The ring is TPU_STREAM_RING_BYTES of memory allocated with the stream.
+ * Queueing a record packs it into the ring (record.c: only the operands
+ * and dims it uses, a few hundred bytes for most ops), with no heap
+ * allocation per op, and bounds the host memory that queued work can
+ * take. Entries have variable length and never wrap around the end: one
+ * that does not fit before it starts at the beginning, and a pad entry
+ * fills the rest. A submitter that finds no room waits for the worker to
+ * free some; that wait, like every blocking wait of a host thread, runs
+ * between the wait hooks (see wait.c), so a Python caller gives up the GIL
+ * while it waits.
  *
  * Every record gets the next sequence number of its stream when it is
  * queued (submitted_seq) and the worker publishes the number of the last
@@ -39,13 +42,11 @@ typedef enum {
     ENTRY_HOST_FN,
     ENTRY_EVENT_RECORD,
     ENTRY_EVENT_WAIT,
+    ENTRY_PAD, /* only in the ring: the unused end of the buffer */
 } entry_kind;
 
-typedef struct entry {
-    entry_kind kind;
-    uint64_t seq;
-    union {
-        tpu_op op; /* a copy: the caller may reuse its record at once */
+/* What an entry other than a record carries. */
+typedef union {
         struct {
             void (*fn)(void *ctx);
             void *ctx;
@@ -58,8 +59,28 @@ typedef struct entry {
             tpu_stream *stream; /* run once this stream has run record seq */
             uint64_t seq;
         } wait;
+} entry_args;
+
+/* An entry as it runs: unpacked from the ring by the worker, or built on
+ * the stack by a debug-mode submitter. */
+typedef struct entry {
+    entry_kind kind;
+    uint64_t seq;
+    union {
+        tpu_op op; /* a copy: the caller may reuse its record at once */
+        entry_args a;
     } u;
 } entry;
+
+/* The head of an entry in the ring; the packed record (ENTRY_OP) or the
+ * entry_args follow it. */
+typedef struct {
+    uint32_t kind;   /* entry_kind */
+    uint32_t nbytes; /* the whole entry, this head included; a multiple of 16 */
+    uint64_t seq;
+} ring_head;
+_Static_assert(sizeof(ring_head) == 16 && TPU_STREAM_RING_BYTES % 16 == 0,
+               "entries and the ring must keep 16-byte alignment");
 
 struct tpu_stream {
     int chip;
@@ -72,11 +93,12 @@ struct tpu_stream {
      * is skipped, which spares a futex call on every queued record. */
     bool worker_sleeping;
     int done_waiters, space_waiters;
-    /* The ring, under lock: `count` queued entries from slot `head` on.
-     * The worker runs the head entry in place and frees its slot after
-     * it has run, so a submitter never overwrites a running entry. */
-    entry *ring;
-    uint32_t head, count;
+    /* The ring, under lock: `used` bytes of entries (pads included) from
+     * byte `head` on, circularly. The worker unpacks the head entry and
+     * frees its bytes after it has run, so a submitter never overwrites
+     * an entry before its record has run. */
+    unsigned char *ring;
+    uint32_t head, used;
     /* Both are written only under `lock` (so they never go backwards) and
      * read without it by queries and by the allocator. */
     _Atomic uint64_t submitted_seq;
@@ -181,30 +203,56 @@ static tpu_status entry_run(tpu_stream *s, entry *e) {
     case ENTRY_OP:
         return tpu_target_get()->execute(s->chip, &e->u.op);
     case ENTRY_HOST_FN:
-        e->u.host.fn(e->u.host.ctx);
+        e->u.a.host.fn(e->u.a.host.ctx);
         return TPU_OK;
     case ENTRY_EVENT_RECORD:
-        tpu_event_stamp(e->u.record.event, e->u.record.gen);
-        tpu_event_unref(e->u.record.event);
+        tpu_event_stamp(e->u.a.record.event, e->u.a.record.gen);
+        tpu_event_unref(e->u.a.record.event);
         return TPU_OK;
     case ENTRY_EVENT_WAIT:
-        tpu_stream_wait_seq(e->u.wait.stream, e->u.wait.seq);
+        tpu_stream_wait_seq(e->u.a.wait.stream, e->u.a.wait.seq);
         return TPU_OK;
+    case ENTRY_PAD:
+        break;
     }
     assert(!"unknown entry kind");
     return TPU_ERR_INTERNAL;
 }
 
+/* The head entry of a non-empty ring. */
+static const ring_head *head_entry_locked(const tpu_stream *s) {
+    return (const ring_head *)(s->ring + s->head);
+}
+
+/* Drops a pad at the head: the entries go on at the start of the ring. */
+static void skip_pad_locked(tpu_stream *s) {
+    if (s->used > 0 && head_entry_locked(s)->kind == ENTRY_PAD) {
+        s->used -= head_entry_locked(s)->nbytes;
+        s->head = 0;
+    }
+}
+
 /* The head may run once every earlier record has completed: normally at
  * once, later while a debug-mode submitter runs a record inline. */
-static bool head_runnable_locked(const tpu_stream *s) {
-    return s->count > 0 &&
-           s->ring[s->head].seq ==
-               atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1;
+static bool head_runnable_locked(tpu_stream *s) {
+    skip_pad_locked(s);
+    return s->used > 0 && head_entry_locked(s)->seq ==
+                              atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1;
+}
+
+/* Rebuilds the entry whose head is h (see enqueue). */
+static void entry_unpack(const ring_head *h, entry *e) {
+    e->kind = (entry_kind)h->kind;
+    e->seq = h->seq;
+    if (e->kind == ENTRY_OP)
+        tpu_record_unpack(h + 1, &e->u.op);
+    else
+        memcpy(&e->u.a, h + 1, sizeof e->u.a);
 }
 
 static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
+    entry e; /* the head entry, unpacked: what runs */
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!head_runnable_locked(s)) {
@@ -212,60 +260,107 @@ static void *stream_worker(void *arg) {
             pthread_cond_wait(&s->work_cv, &s->lock);
             s->worker_sleeping = false;
         }
-        entry *e = &s->ring[s->head];
+        /* Submitters write only outside [head, head + used), so the head
+         * entry can be read unlocked. */
+        const ring_head *h = head_entry_locked(s);
+        uint32_t nbytes = h->nbytes;
         pthread_mutex_unlock(&s->lock);
 
-        tpu_status st = entry_run(s, e);
+        entry_unpack(h, &e);
+        tpu_status st = entry_run(s, &e);
 
         pthread_mutex_lock(&s->lock);
         if (st != TPU_OK && s->error == TPU_OK) { /* keep the first error only */
             s->error = st;
-            s->error_seq = e->seq;
-            format_op_error(s->error_msg, sizeof s->error_msg, s, e, st, tpu_last_error_message(),
+            s->error_seq = e.seq;
+            format_op_error(s->error_msg, sizeof s->error_msg, s, &e, st, tpu_last_error_message(),
                             true);
         }
-        complete_locked(s, e->seq);
-        /* Free the slot; a submitter may be waiting for it. */
-        s->head = (s->head + 1) % TPU_STREAM_RING_SLOTS;
-        s->count--;
+        complete_locked(s, e.seq);
+        /* Free the entry's bytes; a submitter may be waiting for them. */
+        s->head = (s->head + nbytes) % TPU_STREAM_RING_BYTES;
+        s->used -= nbytes;
         if (s->space_waiters > 0)
             pthread_cond_signal(&s->space_cv);
     }
     return NULL;
 }
 
-/* Copies `proto` (built on the caller's stack, as the debug path uses it
- * directly) into the ring with the next sequence number (returned in
- * *seq if not NULL). A full ring makes the caller wait, between the wait
- * hooks, for the worker to free a slot. */
-static void enqueue(tpu_stream *s, const entry *proto, uint64_t *seq) {
+/* The offset where an entry of `nbytes` can be written now, or -1 if the
+ * ring has no room for it yet; *pad says whether the bytes from the tail
+ * to the end of the buffer must first be filled by a pad. An entry never
+ * wraps: if it does not fit before the end of the buffer it goes at the
+ * start, and the pad (dropped by the worker as it reaches it) fills the
+ * end. An empty ring starts over at 0. */
+static int64_t find_room_locked(const tpu_stream *s, uint32_t nbytes, bool *pad) {
+    const uint32_t cap = TPU_STREAM_RING_BYTES;
+    *pad = false;
+    if (s->used == 0)
+        return 0;
+    if (s->used == cap)
+        return -1;
+    uint32_t tail = (s->head + s->used) % cap;
+    if (tail < s->head) /* wrapped: the free bytes are [tail, head) */
+        return s->head - tail >= nbytes ? (int64_t)tail : -1;
+    /* the free bytes are [tail, cap) and [0, head) */
+    if (cap - tail >= nbytes)
+        return tail;
+    *pad = true;
+    return s->head >= nbytes ? 0 : -1;
+}
+
+/* Queues a record (op, packed) or another entry (kind and args) with the
+ * next sequence number (returned in *seq if not NULL). A ring without room
+ * makes the caller wait, between the wait hooks, for the worker to free
+ * some. */
+static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entry_args *args,
+                    uint64_t *seq) {
+    uint32_t nbytes = (uint32_t)(sizeof(ring_head) + (kind == ENTRY_OP ? tpu_record_packed_size(op)
+                                                                       : (sizeof *args + 15) & ~15u));
     pthread_mutex_lock(&s->lock);
-    while (s->count == TPU_STREAM_RING_SLOTS) {
+    bool pad;
+    int64_t at;
+    while ((at = find_room_locked(s, nbytes, &pad)) < 0) {
         /* The hooks must run unlocked (see wait.c): step out, give up the
          * caller's lock, wait for room, then check again, as another
-         * submitter may have taken the slot in between. */
+         * submitter may have taken the room in between. */
         pthread_mutex_unlock(&s->lock);
         tpu_wait_token token = tpu_rt_wait_begin();
         pthread_mutex_lock(&s->lock);
         s->space_waiters++;
-        while (s->count == TPU_STREAM_RING_SLOTS)
+        while (find_room_locked(s, nbytes, &pad) < 0)
             pthread_cond_wait(&s->space_cv, &s->lock);
         s->space_waiters--;
         pthread_mutex_unlock(&s->lock);
         tpu_rt_wait_end(token);
         pthread_mutex_lock(&s->lock);
     }
-    entry *e = &s->ring[(s->head + s->count) % TPU_STREAM_RING_SLOTS];
-    *e = *proto;
-    e->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
+    if (s->used == 0) {
+        s->head = 0;
+    } else if (pad) {
+        /* The bytes left at the end: >= 16, as every entry and the
+         * ring's size are multiples of 16. */
+        uint32_t tail = s->head + s->used, rest = TPU_STREAM_RING_BYTES - tail;
+        ring_head p = {ENTRY_PAD, rest, 0};
+        memcpy(s->ring + tail, &p, sizeof p);
+        s->used += rest;
+    }
+    ring_head *h = (ring_head *)(s->ring + at);
+    h->kind = kind;
+    h->nbytes = nbytes;
+    h->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
+    if (kind == ENTRY_OP)
+        tpu_record_pack(op, h + 1);
+    else
+        memcpy(h + 1, args, sizeof *args);
     /* Relaxed: see tpu_stream_submitted_seq; the lock orders writers. */
-    atomic_store_explicit(&s->submitted_seq, e->seq, memory_order_relaxed);
-    s->count++;
+    atomic_store_explicit(&s->submitted_seq, h->seq, memory_order_relaxed);
+    s->used += nbytes;
     /* Only one thread ever waits on work_cv, the worker. */
     if (s->worker_sleeping)
         pthread_cond_signal(&s->work_cv);
     if (seq)
-        *seq = e->seq;
+        *seq = h->seq;
     pthread_mutex_unlock(&s->lock);
 }
 
@@ -321,7 +416,7 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
     pthread_cond_init(&s->work_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     pthread_cond_init(&s->space_cv, NULL);
-    s->ring = malloc(TPU_STREAM_RING_SLOTS * sizeof *s->ring);
+    s->ring = aligned_alloc(64, TPU_STREAM_RING_BYTES);
     if (!s->ring) {
         stream_destroy(s);
         return tpu_set_error(TPU_ERR_HOST_MEMORY,
@@ -455,10 +550,11 @@ tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
         st = check_device_memory(s, op);
     if (st != TPU_OK)
         return st;
-    entry e = {.kind = ENTRY_OP, .u.op = *op};
-    if (tpu_mode_get() == TPU_MODE_DEBUG)
+    if (tpu_mode_get() == TPU_MODE_DEBUG) {
+        entry e = {.kind = ENTRY_OP, .u.op = *op};
         return run_inline(s, &e);
-    enqueue(s, &e, NULL);
+    }
+    enqueue(s, ENTRY_OP, op, NULL, NULL);
     return TPU_OK;
 }
 
@@ -469,23 +565,23 @@ tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void 
     if (!s || !fn)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_stream_submit_host_fn: %s is NULL",
                              s ? "fn" : "stream");
-    entry e = {.kind = ENTRY_HOST_FN, .u.host = {fn, ctx}};
+    entry e = {.kind = ENTRY_HOST_FN, .u.a.host = {fn, ctx}};
     if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    enqueue(s, &e, NULL);
+    enqueue(s, ENTRY_HOST_FN, NULL, &e.u.a, NULL);
     return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_record(tpu_stream *s, tpu_event *event, uint64_t gen,
                                            uint64_t *seq) {
-    entry e = {.kind = ENTRY_EVENT_RECORD, .u.record = {event, gen}};
-    enqueue(s, &e, seq);
+    entry_args a = {.record = {event, gen}};
+    enqueue(s, ENTRY_EVENT_RECORD, NULL, &a, seq);
     return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *s, tpu_stream *other, uint64_t seq) {
-    entry e = {.kind = ENTRY_EVENT_WAIT, .u.wait = {other, seq}};
-    enqueue(s, &e, NULL);
+    entry_args a = {.wait = {other, seq}};
+    enqueue(s, ENTRY_EVENT_WAIT, NULL, &a, NULL);
     return TPU_OK;
 }
 

@@ -275,17 +275,18 @@ static void *flood_thread(void *arg) {
     return NULL;
 }
 
-/* A stream queues a bounded number of records: past the bound the
- * submitter waits (between the wait hooks) until the worker makes room,
- * and nothing is lost or reordered. */
+/* A stream queues a bounded number of bytes of records: past the bound
+ * the submitter waits (between the wait hooks) until the worker makes
+ * room, and nothing is lost or reordered. A host function takes 32 bytes
+ * of the 512 KiB ring, so about 16,000 fit. */
 static void test_queue_bound(void) {
-    enum { EXTRA = 100 };
+    enum { FIT = 512 * 1024 / 32, EXTRA = 1000 };
     tpu_stream *s = stream(0, 6);
     tpu_runtime_set_wait_hooks(count_begin, count_end);
     gate g = {0};
     CHECK_OK(tpu_stream_submit_host_fn(s, gate_wait, &g));
     CHECK(gate_reached(&g)); /* running: its slot stays taken until it returns */
-    flood f = {.s = s, .n = 1024 + EXTRA};
+    flood f = {.s = s, .n = FIT + EXTRA};
     f.order = calloc((size_t)f.n, sizeof *f.order);
     atomic_store(&g_next_pos, 0);
     pthread_t t;
@@ -297,7 +298,7 @@ static void test_queue_bound(void) {
         sleep_ms(20);
     }
     CHECK(atomic_load(&f.submitted) < f.n);
-    CHECK(atomic_load(&f.submitted) >= 1000); /* the bound is about 1024 records */
+    CHECK(atomic_load(&f.submitted) >= FIT - 10);
     CHECK(atomic_load(&g_hook_begins) >= 1 && atomic_load(&g_hook_ends) == 0);
     gate_open(&g);
     pthread_join(t, NULL);
@@ -310,6 +311,69 @@ static void test_queue_bound(void) {
     CHECK(in_order);
     tpu_runtime_set_wait_hooks(NULL, NULL);
     free(f.order);
+}
+
+/* Records of every size (FILLs of 1 to TPU_MAX_DIMS dims, D2H copies,
+ * host functions) queued behind a gate until the ring is full, many
+ * times its size in all: each entry runs once, in order, whole, across
+ * the pads at the end of the buffer and the waits for room. */
+typedef struct {
+    tpu_stream *s;
+    int32_t *dev;     /* TPU_MAX_DIMS elements of device memory */
+    int32_t *host;    /* n slots */
+    int *order;       /* n slots: the host function's position */
+    int n;
+    atomic_int done;  /* the submitter has queued everything */
+} mixed;
+
+static void *submit_mixed(void *arg) {
+    mixed *m = arg;
+    for (int i = 0; i < m->n; i++) {
+        int rank = 1 + i % TPU_MAX_DIMS, slot = i % TPU_MAX_DIMS;
+        tpu_tensor t = vec(m->dev + slot, 1, TPU_DTYPE_I32);
+        t.ndim = rank; /* [1, 1, ..., 1]: one element, rank dims of record */
+        for (int d = 0; d < rank; d++)
+            t.sizes[d] = 1, t.strides[d] = 1;
+        tpu_op fill = fill_op(t, i);
+        CHECK_OK(tpu_stream_submit(m->s, &fill));
+        tpu_op copy = d2h_op(vec(&m->host[i], 1, TPU_DTYPE_I32), vec(m->dev + slot, 1, TPU_DTYPE_I32));
+        CHECK_OK(tpu_stream_submit(m->s, &copy));
+        if (i % 3 == 0)
+            CHECK_OK(tpu_stream_submit_host_fn(m->s, record_pos, &m->order[i]));
+    }
+    atomic_store(&m->done, 1);
+    return NULL;
+}
+
+static void test_records_of_every_size(void) {
+    tpu_stream *s = stream(1, 9);
+    mixed m = {.s = s, .n = 12000};
+    CHECK_OK(tpu_mem_alloc(1, TPU_MAX_DIMS * sizeof(int32_t), s, (void **)&m.dev));
+    m.host = calloc((size_t)m.n, sizeof *m.host);
+    m.order = calloc((size_t)m.n, sizeof *m.order);
+    for (int i = 0; i < m.n; i++)
+        m.host[i] = -1, m.order[i] = -1;
+    atomic_store(&g_next_pos, 0);
+    gate g = {0};
+    CHECK_OK(tpu_stream_submit_host_fn(s, gate_wait, &g));
+    pthread_t t;
+    pthread_create(&t, NULL, submit_mixed, &m);
+    sleep_ms(200);
+    CHECK(!atomic_load(&m.done)); /* the ring filled and the submitter waits */
+    gate_open(&g);
+    pthread_join(t, NULL);
+    CHECK_OK(tpu_stream_synchronize(s));
+    int values = 1, in_order = 1;
+    for (int i = 0; i < m.n; i++) {
+        values &= m.host[i] == i;
+        if (i % 3 == 0)
+            in_order &= m.order[i] == i / 3;
+    }
+    CHECK(values);
+    CHECK(in_order);
+    CHECK_OK(tpu_mem_free(m.dev));
+    free(m.host);
+    free(m.order);
 }
 
 /* Records whose device memory is not live memory of the stream's chip are
@@ -363,6 +427,7 @@ int main(void) {
     test_debug_mode();
     test_chip_synchronize();
     test_queue_bound();
+    test_records_of_every_size();
     test_submit_checks_device_memory();
     return check_report();
 }
