@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime_internal.h"
 #include "target.h"
@@ -250,12 +251,55 @@ static void entry_unpack(const ring_head *h, entry *e) {
         memcpy(&e->u.a, h + 1, sizeof e->u.a);
 }
 
+/* How long an idle worker polls for the next record before it sleeps.
+ * Small ops run faster than Python issues them, so without it the worker
+ * would sleep after every op and each submit would pay a futex wake-up
+ * (and the worker a context switch): most of a tiny op's cost. */
+#define WORKER_SPIN_NS 50000
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Polls, unlocked, until a record is queued that has not run or
+ * WORKER_SPIN_NS have passed. */
+static void spin_for_work(const tpu_stream *s) {
+    uint64_t start = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) !=
+            atomic_load_explicit(&s->completed_seq, memory_order_relaxed))
+            return;
+        cpu_relax();
+        if (i % 64 == 0 && now_ns() - start > WORKER_SPIN_NS)
+            return;
+    }
+}
+
 static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
     entry e; /* the head entry, unpacked: what runs */
     pthread_mutex_lock(&s->lock);
     for (;;) {
+        /* Once per idle spell, poll a while before sleeping. */
+        bool spun = false;
         while (!head_runnable_locked(s)) {
+            if (!spun) {
+                spun = true;
+                pthread_mutex_unlock(&s->lock);
+                spin_for_work(s);
+                pthread_mutex_lock(&s->lock);
+                continue;
+            }
             s->worker_sleeping = true;
             pthread_cond_wait(&s->work_cv, &s->lock);
             s->worker_sleeping = false;
