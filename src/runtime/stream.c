@@ -545,20 +545,35 @@ int tpu_stream_index(const tpu_stream *s) {
  * chip's), so that no record of a freed or shrunk storage ever runs; so
  * must its scratch. The host side of a transfer is host memory, bounded
  * by tpu_op_check alone. */
+
+/* Slot k of check_device_memory's walk: out (-1), the inputs, then the
+ * further outputs; n_in + n_aux stands for the scratch. */
+static void describe_slot(const tpu_op *op, int k, char *buf, size_t cap) {
+    if (k < 0)
+        snprintf(buf, cap, "the storage of out");
+    else if (k < op->n_in)
+        snprintf(buf, cap, "the storage of in[%d]", k);
+    else if (k < op->n_in + op->n_aux)
+        snprintf(buf, cap, "the storage of aux[%d]", k - op->n_in);
+    else
+        snprintf(buf, cap, "the scratch");
+}
+
 /* One range of a record: live memory of the stream's chip (any chip's
- * with any_chip), else an error naming the op and `what`. */
-static tpu_status check_live(const tpu_stream *s, const tpu_op *op, const char *what, bool any_chip,
+ * with any_chip), else an error naming the op and slot k. The message is
+ * formatted only on failure: this runs for every tensor of every op. */
+static tpu_status check_live(const tpu_stream *s, const tpu_op *op, int k, bool any_chip,
                              const void *p, int64_t nbytes) {
     tpu_status st = tpu_mem_check_range(s->chip, any_chip, p, (uint64_t)nbytes);
     if (st == TPU_OK)
         return TPU_OK;
-    char msg[TPU_MSG_MAX];
+    char msg[TPU_MSG_MAX], what[32];
     snprintf(msg, sizeof msg, "%s", tpu_last_error_message());
+    describe_slot(op, k, what, sizeof what);
     return tpu_set_error(st, "%s: %s: %s", op->name ? op->name : tpu_op_fn_name(op->code, op->fn), what, msg);
 }
 
 static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
-    /* out (k = -1), the inputs, then the further outputs. */
     for (int k = -1; k < op->n_in + op->n_aux; k++) {
         bool is_in = k >= 0 && k < op->n_in;
         const tpu_tensor *t = k < 0 ? &op->out : is_in ? &op->in[k] : &op->aux[k - op->n_in];
@@ -566,19 +581,12 @@ static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
         if (host || !t->data)
             continue; /* host memory, or no elements or absent (data is NULL then) */
         bool any_chip = is_in && op->code == TPU_OP_COPY;
-        char what[32];
-        if (k < 0)
-            snprintf(what, sizeof what, "the storage of out");
-        else if (is_in)
-            snprintf(what, sizeof what, "the storage of in[%d]", k);
-        else
-            snprintf(what, sizeof what, "the storage of aux[%d]", k - op->n_in);
-        tpu_status st = check_live(s, op, what, any_chip, t->storage, t->storage_nbytes);
+        tpu_status st = check_live(s, op, k, any_chip, t->storage, t->storage_nbytes);
         if (st != TPU_OK)
             return st;
     }
     if (op->scratch_nbytes > 0)
-        return check_live(s, op, "the scratch", false, op->scratch, op->scratch_nbytes);
+        return check_live(s, op, op->n_in + op->n_aux, false, op->scratch, op->scratch_nbytes);
     return TPU_OK;
 }
 
