@@ -8,6 +8,10 @@
 #include "core/generator.h"
 #include "core/glue.h"
 
+extern "C" {
+#include "tpu/probe.h"
+}
+
 namespace torch_tpu {
 namespace {
 
@@ -59,6 +63,23 @@ void set_mode(const std::string& name) {
   TORCH_CHECK_VALUE(false, "set_mode: unknown mode '", name, "' (expected 'strict', 'debug' or 'fused')");
 }
 
+// The machine's limits (tpu/probe.h) for benchmarks/suite.py: a dict of
+// GFLOP/s and GB/s on `threads` threads; the probes run without the GIL.
+py::dict probe_machine(int threads, double seconds, int64_t stream_bytes) {
+  double fma = 0, bf16 = 0, triad = 0;
+  {
+    py::gil_scoped_release no_gil;
+    TPU_CHECK_STATUS(tpu_probe_fma_f32(threads, seconds, &fma));
+    TPU_CHECK_STATUS(tpu_probe_dot_bf16(threads, seconds, &bf16));
+    TPU_CHECK_STATUS(tpu_probe_stream_triad(threads, static_cast<size_t>(stream_bytes), seconds, &triad));
+  }
+  py::dict d;
+  d["fma_f32_gflops"] = fma;
+  d["dot_bf16_gflops"] = bf16;
+  d["triad_gbps"] = triad;
+  return d;
+}
+
 }  // namespace
 }  // namespace torch_tpu
 
@@ -82,6 +103,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_mode", &set_mode);
   m.def("_get_mode", []() { return std::string(tpu_mode_name(tpu_mode_get())); });
   m.def("_num_threads", []() { return tpu_pool_num_threads(); });
+  m.def("_probe_machine", &probe_machine);
   m.def("_fallback_stats", []() {
     py::dict d;
     for (const auto& [name, calls] : fallback_stats()) d[py::str(name)] = calls;

@@ -150,6 +150,7 @@ tpu_status tpu_k_random_fast(const tpu_op *op, int ith, int nth);
  * phases: phase 0 computes dx and each fixed block of rows' partial
  * column sums into scratch, phase 1 adds the blocks in order. */
 tpu_status tpu_k_norm_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_norm_fast(const tpu_op *op, int ith, int nth);
 int tpu_k_norm_phases(const tpu_op *op);
 int64_t tpu_k_norm_scratch_bytes(const tpu_op *op);
 tpu_status tpu_k_norm_run_phase(const tpu_op *op, int phase, int ith, int nth);

@@ -291,7 +291,7 @@ static const struct {
     [TPU_OP_SOFTMAX] = {tpu_k_softmax_ref, tpu_k_softmax_fast},
     [TPU_OP_MATMUL] = {tpu_k_mm_ref, tpu_k_mm_fast},
     [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
-    [TPU_OP_NORM] = {tpu_k_norm_ref, tpu_k_norm_ref, tpu_k_norm_phases, tpu_k_norm_scratch_bytes,
+    [TPU_OP_NORM] = {tpu_k_norm_ref, tpu_k_norm_fast, tpu_k_norm_phases, tpu_k_norm_scratch_bytes,
                      tpu_k_norm_run_phase},
     [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref, NULL, tpu_k_index_scratch_bytes, NULL},
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
