@@ -136,9 +136,38 @@ uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
     return atomic_load_explicit(&s->completed_seq, memory_order_acquire);
 }
 
+/* How long a host thread polls for the records it waits for before it
+ * sleeps (and gives up the GIL): a small op finishes well within it, and
+ * waking a sleeping thread costs tens of microseconds on a VM. CUDA's
+ * synchronize spins first too. */
+#define HOST_SPIN_NS 30000
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+
 void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
     if (tpu_stream_completed_seq(s) >= seq)
         return;
+    uint64_t start = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (tpu_stream_completed_seq(s) >= seq)
+            return;
+        cpu_relax();
+        if (i % 64 == 0 && now_ns() - start > HOST_SPIN_NS)
+            break;
+    }
     tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
     s->done_waiters++;
@@ -256,20 +285,6 @@ static void entry_unpack(const ring_head *h, entry *e) {
  * would sleep after every op and each submit would pay a futex wake-up
  * (and the worker a context switch): most of a tiny op's cost. */
 #define WORKER_SPIN_NS 50000
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 /* Polls, unlocked, until a record is queued that has not run or
  * WORKER_SPIN_NS have passed. */
