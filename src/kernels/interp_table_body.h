@@ -7,6 +7,8 @@
  *              table in (opmath_type; scalar_t for the antialiased modes,
  *              which exist for f32 and f64 only)
  *   SFX(name)  the name with the type's suffix
+ *   FMA        fmaf or fma
+ * and the fusing tables k_fusing_*.
  *
  * Every expression mirrors the C++ it comes from type for type: where
  * PyTorch mixes a float with a double literal (center = scale * (i +
@@ -21,12 +23,21 @@ static REAL SFX(area_scale)(const tpu_interp_spec *s) {
     return s->scale > 0.0 ? (REAL)(1.0 / s->scale) : (REAL)s->in_size / (REAL)s->out_size;
 }
 
+/* a * b + c, rounded once when `fused` (PyTorch's compiler made it a
+ * fused multiply-add), else twice. */
+static REAL SFX(mad)(REAL a, REAL b, REAL c, bool fused) {
+    if (fused)
+        return FMA(a, b, c);
+    REAL p = a * b;
+    return p + c;
+}
+
 /* area_pixel_compute_source_index: where output position o reads; the
  * linear modes clamp a negative position to 0. */
-static REAL SFX(source_index)(REAL scale, int64_t o, bool align_corners, bool cubic) {
+static REAL SFX(source_index)(REAL scale, int64_t o, bool align_corners, bool cubic, bool fused) {
     if (align_corners)
         return scale * (REAL)o;
-    REAL src = scale * ((REAL)o + (REAL)0.5) - (REAL)0.5;
+    REAL src = SFX(mad)(scale, (REAL)o + (REAL)0.5, (REAL)-0.5, fused);
     return !cubic && src < (REAL)0 ? (REAL)0 : src;
 }
 
@@ -43,16 +54,21 @@ static int64_t SFX(guard)(REAL real, int64_t in_size, REAL *lambda) {
     return i;
 }
 
-/* Keys' cubic convolution for |x| <= 1 and 1 < |x| < 2. */
-static REAL SFX(cubic1)(REAL x, REAL a) {
-    return ((a + 2) * x - (a + 3)) * x * x + 1;
+/* Keys' cubic convolution for |x| <= 1, ((a + 2) x - (a + 3)) x x + 1,
+ * and for 1 < |x| < 2, ((a x - 5 a) x + 8 a) x - 4 a, with the fusing
+ * of f's stages. */
+static REAL SFX(cubic1)(REAL x, REAL a, const fusing *f) {
+    REAL p = SFX(mad)(a + 2, x, -(a + 3), f->c1[0]);
+    return SFX(mad)(p * x, x, (REAL)1, f->c1[1]);
 }
 
-static REAL SFX(cubic2)(REAL x, REAL a) {
-    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
+static REAL SFX(cubic2)(REAL x, REAL a, const fusing *f) {
+    REAL p = SFX(mad)(a, x, -(5 * a), f->c2[0]);
+    REAL q = SFX(mad)(p, x, 8 * a, f->c2[1]);
+    return SFX(mad)(q, x, -(4 * a), f->c2[2]);
 }
 
-/* The weight as stored: rounded to the data's dtype when asked. */
+/* The weight as stored: in the f16/bf16 dtype when asked. */
 static REAL SFX(stored)(const tpu_interp_spec *s, REAL w) {
     if (!s->round_weights || s->dtype == TPU_DTYPE_F32 || s->dtype == TPU_DTYPE_F64)
         return w;
@@ -68,9 +84,9 @@ static REAL SFX(aa_filter)(tpu_interp_mode mode, REAL x) {
     if (mode == TPU_INTERP_LINEAR_AA)
         return x < 1.0 ? (REAL)(1.0 - (double)x) : (REAL)0;
     if (x < 1.0)
-        return SFX(cubic1)(x, (REAL)-0.5);
+        return SFX(cubic1)(x, (REAL)-0.5, &k_fusing_aa);
     if (x < 2.0)
-        return SFX(cubic2)(x, (REAL)-0.5);
+        return SFX(cubic2)(x, (REAL)-0.5, &k_fusing_aa);
     return (REAL)0;
 }
 
@@ -123,6 +139,8 @@ static int64_t SFX(clamp_index)(int64_t i, int64_t in_size) {
 static void SFX(table)(const tpu_interp_spec *s, int64_t taps, int64_t *idx, REAL *w) {
     const REAL scale = SFX(area_scale)(s);
     const int64_t in = s->in_size;
+    const fusing *f = s->backward && s->mode == TPU_INTERP_CUBIC ? &k_fusing_cubic_backward
+                                                                 : &k_fusing_forward;
     if (s->mode == TPU_INTERP_LINEAR_AA || s->mode == TPU_INTERP_CUBIC_AA) {
         const REAL support = SFX(aa_support)(s->mode, scale);
         double width = ceil((double)support) * 2 + 1; /* PyTorch's clamp of a row's taps */
@@ -142,7 +160,8 @@ static void SFX(table)(const tpu_interp_spec *s, int64_t taps, int64_t *idx, REA
                 continue;
             }
             REAL l1;
-            int64_t i0 = SFX(guard)(SFX(source_index)(scale, o, s->align_corners, false), in, &l1);
+            int64_t i0 = SFX(guard)(SFX(source_index)(scale, o, s->align_corners, false, f->src), in,
+                                    &l1);
             l1 = SFX(stored)(s, l1);
             int64_t i1 = i0 + (i0 < in - 1 ? 1 : 0);
             ix[0] = SFX(clamp_index)(i0, in);
@@ -153,11 +172,11 @@ static void SFX(table)(const tpu_interp_spec *s, int64_t taps, int64_t *idx, REA
         }
         /* CUBIC (get_cubic_upsample_coefficients, A = -0.75). */
         REAL t;
-        int64_t i = SFX(guard)(SFX(source_index)(scale, o, s->align_corners, true), in, &t);
+        int64_t i = SFX(guard)(SFX(source_index)(scale, o, s->align_corners, true, f->src), in, &t);
         const REAL a = (REAL)-0.75;
         const REAL x2 = (REAL)(1.0 - (double)t);
-        const REAL c[4] = {SFX(cubic2)((REAL)((double)t + 1.0), a), SFX(cubic1)(t, a),
-                           SFX(cubic1)(x2, a), SFX(cubic2)((REAL)((double)x2 + 1.0), a)};
+        const REAL c[4] = {SFX(cubic2)((REAL)((double)t + 1.0), a, f), SFX(cubic1)(t, a, f),
+                           SFX(cubic1)(x2, a, f), SFX(cubic2)((REAL)((double)x2 + 1.0), a, f)};
         i = i < -4 ? -4 : i; /* keeps i - 1 + j from overflowing */
         for (int j = 0; j < 4; j++) {
             ix[j] = SFX(clamp_index)(i - 1 + j, in);

@@ -500,7 +500,7 @@ static tpu_status get_table(const tpu_interp_spec *s, table *t) {
 
 static void table_known(void) {
     /* Linear, align_corners, 3 -> 5: sources 0, 0.5, 1, 1.5, 2. */
-    tpu_interp_spec s = {TPU_INTERP_LINEAR, 3, 5, true, 0.0, F32, false};
+    tpu_interp_spec s = {TPU_INTERP_LINEAR, 3, 5, true, 0.0, F32, false, false};
     table t;
     CHECK_OK(get_table(&s, &t));
     CHECK(t.taps == 2);
@@ -510,26 +510,26 @@ static void table_known(void) {
         CHECK(t.idx[k] == i1[k] && t.w[k] == w1[k]);
     /* Without align_corners, 2 -> 4: sources -0.25 (clamped to 0), 0.25,
      * 0.75, 1.25 (the last input: both taps on it). */
-    s = (tpu_interp_spec){TPU_INTERP_LINEAR, 2, 4, false, 0.0, F64, false};
+    s = (tpu_interp_spec){TPU_INTERP_LINEAR, 2, 4, false, 0.0, F64, false, false};
     CHECK_OK(get_table(&s, &t));
     const int64_t i2[] = {0, 1, 0, 1, 0, 1, 1, 1};
     const double w2[] = {1, 0, 0.75, 0.25, 0.25, 0.75, 0.75, 0.25};
     for (int k = 0; k < 8; k++)
         CHECK(t.idx[k] == i2[k] && t.w[k] == w2[k]);
     /* The caller's scale factor wins over the sizes: 2 -> 4 at factor 4
-     * reads sources 0.125 * (o + 0.5) - 0.5 (o = 3: 0.375). */
+     * reads sources 0.25 * (o + 0.5) - 0.5 (o = 3: 0.375). */
     s.scale = 4.0;
     CHECK_OK(get_table(&s, &t));
     CHECK(t.idx[6] == 0 && t.idx[7] == 1 && t.w[6] == 0.625 && t.w[7] == 0.375);
     /* An unchanged size: the same position, weights 1 and 0, even with a
      * scale factor. */
-    s = (tpu_interp_spec){TPU_INTERP_LINEAR, 4, 4, false, 3.0, F32, false};
+    s = (tpu_interp_spec){TPU_INTERP_LINEAR, 4, 4, false, 3.0, F32, false, false};
     CHECK_OK(get_table(&s, &t));
     for (int k = 0; k < 4; k++)
         CHECK(t.idx[2 * k] == k && t.idx[2 * k + 1] == k && t.w[2 * k] == 1 && t.w[2 * k + 1] == 0);
     /* Cubic on whole positions (align_corners, 5 -> 5): weights 0 1 0 0,
      * taps clamped at the edges. */
-    s = (tpu_interp_spec){TPU_INTERP_CUBIC, 5, 5, true, 0.0, F32, false};
+    s = (tpu_interp_spec){TPU_INTERP_CUBIC, 5, 5, true, 0.0, F32, false, false};
     CHECK_OK(get_table(&s, &t));
     CHECK(t.taps == 4);
     for (int o = 0; o < 5; o++) {
@@ -541,7 +541,7 @@ static void table_known(void) {
     }
     /* Cubic halfway (align_corners, 2 -> 3 reads 0, 0.5, 1): Keys' weights
      * at t = 0.5 with A = -0.75: -0.09375, 0.59375, 0.59375, -0.09375. */
-    s = (tpu_interp_spec){TPU_INTERP_CUBIC, 2, 3, true, 0.0, F64, false};
+    s = (tpu_interp_spec){TPU_INTERP_CUBIC, 2, 3, true, 0.0, F64, false, false};
     CHECK_OK(get_table(&s, &t));
     CHECK(t.w[4] == -0.09375 && t.w[5] == 0.59375 && t.w[6] == 0.59375 && t.w[7] == -0.09375);
     CHECK(t.idx[4] == 0 && t.idx[5] == 0 && t.idx[6] == 1 && t.idx[7] == 1);
@@ -549,7 +549,7 @@ static void table_known(void) {
      * output is centered on 4.5: taps 2..7 (PyTorch's bounds, the last at
      * distance 1 with weight 0) with triangle weights 1/3, 2/3, 1, 2/3,
      * 1/3, 0, normalised to 1/9, 2/9, 3/9, 2/9, 1/9, 0; the 7th absent. */
-    s = (tpu_interp_spec){TPU_INTERP_LINEAR_AA, 9, 3, false, 0.0, F64, false};
+    s = (tpu_interp_spec){TPU_INTERP_LINEAR_AA, 9, 3, false, 0.0, F64, false, false};
     CHECK_OK(get_table(&s, &t));
     CHECK(t.taps == 7);
     const int64_t i3[] = {2, 3, 4, 5, 6, 7, -1};
@@ -560,7 +560,7 @@ static void table_known(void) {
     s.in_size = 0;
     CHECK(tpu_interp_taps(&s) == 0);
     CHECK_STATUS(tpu_interp_table(&s, 7, t.idx, t.w), TPU_ERR_INVALID_ARG);
-    s = (tpu_interp_spec){TPU_INTERP_COUNT, 3, 3, false, 0.0, F32, false};
+    s = (tpu_interp_spec){TPU_INTERP_COUNT, 3, 3, false, 0.0, F32, false, false};
     CHECK(tpu_interp_taps(&s) == 0);
     s.mode = TPU_INTERP_LINEAR;
     s.dtype = I32;
@@ -588,9 +588,9 @@ static void table_invariants(void) {
                 for (int ac = 0; ac < 2; ac++)
                     for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
                         for (size_t sc = 0; sc < sizeof scales / sizeof scales[0]; sc++)
-                            for (int round = 0; round < 2; round++) {
+                            for (int backward = 0; backward < 2; backward++) {
                                 tpu_interp_spec s = {(tpu_interp_mode)mode, in, out, ac, scales[sc],
-                                                     dts[d], round};
+                                                     dts[d], !backward, backward};
                                 int64_t taps = tpu_interp_taps(&s);
                                 bool aa = mode >= TPU_INTERP_LINEAR_AA;
                                 CHECK(taps >= 1 && taps <= (aa ? in : 4));
@@ -610,14 +610,14 @@ static void table_invariants(void) {
                                         absent = absent || i == -1;
                                         if (i >= 0)
                                             sum += wv;
-                                        if (round && !aa && (dts[d] == BF16 || dts[d] == F16))
+                                        if (!backward && !aa && (dts[d] == BF16 || dts[d] == F16))
                                             bad += t_quant(wv, dts[d]) != wv;
                                     }
                                     /* Sums of 1 where the sizes give the scale (a
                                      * factor at odds with them may put an
                                      * antialiased row outside the input). */
                                     bool sane = !(scales[sc] > 0);
-                                    double tol = round ? 2e-2 : wide ? 1e-12 : 1e-5;
+                                    double tol = !backward ? 2e-2 : wide ? 1e-12 : 1e-5;
                                     if (sane && !(fabs(sum - 1) <= tol) && bad++ < 4)
                                         fprintf(stderr, "    table mode %d %lld->%lld ac %d %s "
                                                 "scale %g: row %lld sums to %.17g\n", mode,

@@ -655,9 +655,12 @@ typedef struct tpu_op {
 
 /* Interpolation tables for INDEX INTERP and INTERP_BACKWARD: for each
  * output position o of one dim, its taps idx[o, t] (-1: absent) and
- * weights w[o, t], computed exactly as PyTorch's CPU backend computes
- * them (area_pixel_compute_scale and area_pixel_compute_source_index, in
- * PyTorch's opmath type: double for f64 data, float otherwise). */
+ * weights w[o, t], computed as PyTorch's CPU backend computes them
+ * (area_pixel_compute_scale and area_pixel_compute_source_index, in
+ * PyTorch's opmath type: double for f64 data, float otherwise), to the
+ * last bit: where the x86-64 build of PyTorch 2.13 fuses a multiply-add
+ * (its kernels are compiled with FMA, the bicubic backward is not), the
+ * table fuses the same one. */
 typedef enum {
     TPU_INTERP_LINEAR = 0, /* 2 taps: floor(src) and the next one (the same at the edge),
                             * weights 1 - l and l; a dim whose size does not change
@@ -680,8 +683,11 @@ typedef struct {
                                 * the sizes give it */
     tpu_dtype dtype;           /* the data's float dtype: f64 computes in double, the others in
                                 * float */
-    bool round_weights;        /* round each weight to dtype (PyTorch's CPU forward of the
-                                * non-antialiased modes stores f16/bf16 weights) */
+    bool round_weights;        /* round each weight to an f16/bf16 dtype, as the generic
+                                * forward kernel of PyTorch's CPU backend stores them (its
+                                * channels-last forward and its backward keep them in float) */
+    bool backward;             /* the table of PyTorch's backward, whose cubic weights are
+                                * rounded differently (see tpu_interp_table) */
 } tpu_interp_spec;
 
 /* Taps per output position (T) of spec's table: 2 (LINEAR), 4 (CUBIC), or
