@@ -219,13 +219,18 @@ static void unit_at(const line_units *u, int64_t k, int64_t *off_in, int64_t *of
 }
 
 /* Typed element access; with constant dtypes (the callers below pass
- * literals) the switches fold away and the loops vectorise. */
+ * literals) the switches fold away and the loops vectorise. The f32
+ * compute path reads and writes f32, f16 and bf16 only. */
+static inline __attribute__((always_inline)) int64_t fsize(tpu_dtype dt) {
+    return dt == TPU_DTYPE_F32 ? 4 : 2;
+}
+
 static inline __attribute__((always_inline)) float ld32(const void *base, int64_t off, tpu_dtype dt) {
-    return tpu_k_load_f32((const char *)base + off * (int64_t)tpu_dtype_size(dt), dt);
+    return tpu_k_load_f32((const char *)base + off * fsize(dt), dt);
 }
 
 static inline __attribute__((always_inline)) void st32(void *base, int64_t off, tpu_dtype dt, float v) {
-    tpu_k_store_f32((char *)base + off * (int64_t)tpu_dtype_size(dt), dt, v);
+    tpu_k_store_f32((char *)base + off * fsize(dt), dt, v);
 }
 
 static inline __attribute__((always_inline)) double ld64(const void *base, int64_t off) {
@@ -248,9 +253,33 @@ typedef struct {
     int64_t sd_in, sd_out;     /* strides along the interpolated dim */
     int64_t size_out_dim;      /* INTERP_BACKWARD: out's size along it */
     bool gather;               /* loop order: line by line */
+    bool full;                 /* no tap is absent */
     const int64_t *tab_idx;    /* [rows * taps] */
     const void *tab_w;         /* [rows * taps], float or double */
 } interp_ctx;
+
+/* One output of a line: the taps' weighted sum, from the first present
+ * tap (every tap is present when `full`). */
+static inline __attribute__((always_inline)) float gather_f32(const void *x, int64_t line, int64_t sd,
+                                                              const int64_t *ti, const float *tv,
+                                                              int64_t taps, bool full, tpu_dtype xdt) {
+    if (full) {
+        float acc = tv[0] * ld32(x, line + ti[0] * sd, xdt);
+        for (int64_t t = 1; t < taps; t++)
+            acc = acc + tv[t] * ld32(x, line + ti[t] * sd, xdt);
+        return acc;
+    }
+    bool first = true;
+    float acc = 0.0f;
+    for (int64_t t = 0; t < taps; t++) {
+        if (ti[t] < 0)
+            continue;
+        float v = tv[t] * ld32(x, line + ti[t] * sd, xdt);
+        acc = first ? v : acc + v;
+        first = false;
+    }
+    return acc;
+}
 
 static inline __attribute__((always_inline)) void fwd_unit_f32(const interp_ctx *c, int64_t bi,
                                                                int64_t bo, int64_t j0, int64_t j1,
@@ -261,19 +290,18 @@ static inline __attribute__((always_inline)) void fwd_unit_f32(const interp_ctx 
     if (c->gather) {
         for (int64_t j = j0; j < j1; j++) {
             const int64_t li = bi + j * qi, lo = bo + j * qo;
-            for (int64_t r = 0; r < c->rows; r++) {
-                const int64_t *ti = c->tab_idx + r * taps;
-                const float *tv = tw + r * taps;
-                bool first = true;
-                float acc = 0.0f;
-                for (int64_t t = 0; t < taps; t++) {
-                    if (ti[t] < 0)
-                        continue;
-                    float v = tv[t] * ld32(x->data, li + ti[t] * sdi, xdt);
-                    acc = first ? v : acc + v;
-                    first = false;
-                }
-                st32(o->data, lo + r * sdo, odt, acc);
+            if (c->full && taps == 2 && sdi == 1) {
+                for (int64_t r = 0; r < c->rows; r++)
+                    st32(o->data, lo + r * sdo, odt, gather_f32(x->data, li, 1, c->tab_idx + r * 2,
+                                                                tw + r * 2, 2, true, xdt));
+            } else if (c->full && taps == 4 && sdi == 1) {
+                for (int64_t r = 0; r < c->rows; r++)
+                    st32(o->data, lo + r * sdo, odt, gather_f32(x->data, li, 1, c->tab_idx + r * 4,
+                                                                tw + r * 4, 4, true, xdt));
+            } else {
+                for (int64_t r = 0; r < c->rows; r++)
+                    st32(o->data, lo + r * sdo, odt, gather_f32(x->data, li, sdi, c->tab_idx + r * taps,
+                                                                tw + r * taps, taps, c->full, xdt));
             }
         }
         return;
@@ -289,7 +317,10 @@ static inline __attribute__((always_inline)) void fwd_unit_f32(const interp_ctx 
                 continue;
             const float wv = tv[t];
             const int64_t base = bi + ti[t] * sdi + j0 * qi;
-            if (first) {
+            if (first && qi == 1) {
+                for (int64_t k = 0; k < n; k++)
+                    acc[k] = wv * ld32(x->data, base + k, xdt);
+            } else if (first) {
                 for (int64_t k = 0; k < n; k++)
                     acc[k] = wv * ld32(x->data, base + k * qi, xdt);
             } else if (qi == 1) {
@@ -304,8 +335,13 @@ static inline __attribute__((always_inline)) void fwd_unit_f32(const interp_ctx 
         if (first)
             memset(acc, 0, sizeof acc);
         const int64_t ob = bo + r * sdo + j0 * qo;
-        for (int64_t k = 0; k < n; k++)
-            st32(o->data, ob + k * qo, odt, acc[k]);
+        if (qo == 1) {
+            for (int64_t k = 0; k < n; k++)
+                st32(o->data, ob + k, odt, acc[k]);
+        } else {
+            for (int64_t k = 0; k < n; k++)
+                st32(o->data, ob + k * qo, odt, acc[k]);
+        }
     }
 }
 
@@ -536,6 +572,9 @@ tpu_status tpu_k_interp_fast(const tpu_op *op, int ith, int nth) {
      * (in the tensor read from), or there is no inner dim. */
     int64_t sd = c.sd_in < 0 ? -c.sd_in : c.sd_in, sq = c.u.in_q < 0 ? -c.u.in_q : c.u.in_q;
     c.gather = c.u.inner == 1 || sd < sq;
+    c.full = true;
+    for (int64_t k = 0; k < c.rows * c.taps; k++)
+        c.full = c.full && c.tab_idx[k] >= 0;
     if (fwd)
         fwd_units(&c, k0, k1);
     else

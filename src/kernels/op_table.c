@@ -402,6 +402,12 @@ int tpu_op_max_threads(const tpu_op *op) {
     switch (k_work[op->code]) {
     case WORK_ELEMENTS: {
         int64_t n = tpu_k_numel(&op->out);
+        /* Adaptive pooling reads every input element once whatever its
+         * output count: its work is the input's size. */
+        if (op->code == TPU_OP_WINDOW && op->fn == TPU_WINDOW_ADAPTIVE_MAX_POOL) {
+            int64_t n_in = tpu_k_numel(&op->in[0]);
+            n = n > 0 && n_in > n ? n_in : n;
+        }
         return n < ELEMENTS_PER_THREAD ? 1 : clamp_threads(n / ELEMENTS_PER_THREAD);
     }
     case WORK_REDUCE: {

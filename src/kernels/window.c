@@ -141,6 +141,40 @@ static inline int64_t bin_end(int64_t o, int64_t out, int64_t in) {
     return 1 + ((o + 1) * in - 1) / out;
 }
 
+/* One row of an adaptive bin, elements w0 .. w1 - 1 at stride sw: a
+ * larger value or a NaN takes over (position at + w). f32 values compare
+ * in f64 as they do in f32. The row must be aligned to its element
+ * size (the caller checks). */
+static void scan_row_f32(const float *row, int64_t sw, int64_t w0, int64_t w1, int64_t at,
+                         double *best, int64_t *best_at) {
+    float b = (float)*best;
+    int64_t b_at = *best_at;
+    for (int64_t w = w0; w < w1; w++) {
+        float v = row[w * sw];
+        if (v > b || isnan(v)) {
+            b = v;
+            b_at = at + w;
+        }
+    }
+    *best = b;
+    *best_at = b_at;
+}
+
+static void scan_row_f64(const double *row, int64_t sw, int64_t w0, int64_t w1, int64_t at,
+                         double *best, int64_t *best_at) {
+    double b = *best;
+    int64_t b_at = *best_at;
+    for (int64_t w = w0; w < w1; w++) {
+        double v = row[w * sw];
+        if (v > b || isnan(v)) {
+            b = v;
+            b_at = at + w;
+        }
+    }
+    *best = b;
+    *best_at = b_at;
+}
+
 /* ADAPTIVE_MAX_POOL over out elements [start, end). The bins of the two
  * outer pooled dims are recomputed only when those positions change. */
 static tpu_status adaptive_max_pool(const tpu_op *op, int64_t start, int64_t end) {
@@ -151,6 +185,7 @@ static tpu_status adaptive_max_pool(const tpu_op *op, int64_t start, int64_t end
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
     int64_t last_od = -1, last_oh = -1, d0 = 0, d1 = 0, h0 = 0, h1 = 0;
+    const bool aligned = tpu_k_is_aligned(x);
     for (int64_t e = start; e < end; e++, tpu_k_iter_next(&it)) {
         const int64_t n = it.idx[0], c = it.idx[1], od = it.idx[2], oh = it.idx[3], ow = it.idx[4];
         if (od != last_od) {
@@ -166,18 +201,26 @@ static tpu_status adaptive_max_pool(const tpu_op *op, int64_t start, int64_t end
         const int64_t w0 = bin_start(ow, OW, W), w1 = bin_end(ow, OW, W);
         /* As PyTorch's kernel: start from -inf at the bin's first
          * position; a larger value or any NaN takes over (the first
-         * largest, or the last NaN). */
-        const int64_t base = n * x->strides[0] + c * x->strides[1];
+         * largest, or the last NaN). Each row of the bin is scanned with
+         * typed loads. */
+        const int64_t base = n * x->strides[0] + c * x->strides[1], sw = x->strides[4];
         double best = -INFINITY;
         int64_t best_at = (d0 * H + h0) * W + w0;
         for (int64_t d = d0; d < d1; d++)
             for (int64_t h = h0; h < h1; h++) {
-                const int64_t row = base + d * x->strides[2] + h * x->strides[3];
-                for (int64_t w = w0; w < w1; w++) {
-                    double v = tpu_k_load_f64(tpu_k_ptr(x, row + w * x->strides[4]), x->dtype);
-                    if (v > best || isnan(v)) {
-                        best = v;
-                        best_at = (d * H + h) * W + w;
+                const char *row = tpu_k_ptr(x, base + d * x->strides[2] + h * x->strides[3]);
+                const int64_t at = (d * H + h) * W;
+                switch (aligned ? x->dtype : TPU_DTYPE_COUNT) {
+                case TPU_DTYPE_F32: scan_row_f32((const float *)row, sw, w0, w1, at, &best, &best_at); break;
+                case TPU_DTYPE_F64: scan_row_f64((const double *)row, sw, w0, w1, at, &best, &best_at); break;
+                default:
+                    for (int64_t w = w0; w < w1; w++) {
+                        double v = tpu_k_load_f64(row + w * sw * (int64_t)tpu_dtype_size(x->dtype),
+                                                  x->dtype);
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            best_at = at + w;
+                        }
                     }
                 }
             }

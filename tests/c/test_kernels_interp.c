@@ -168,13 +168,14 @@ static double gen_value(bool specials) {
 }
 
 /* A random table of `rows` x `taps` over a dim of `size`: duplicate taps,
- * some absent (-1) anywhere, weights in [-0.5, 1.5). */
-static void fill_table(fbuf *idx, fbuf *w, int64_t size) {
+ * with `absent`, some absent (-1) anywhere (the kernels' fast paths take
+ * tables without any), weights in [-0.5, 1.5). */
+static void fill_table(fbuf *idx, fbuf *w, int64_t size, bool absent) {
     const int64_t rows = idx->t.sizes[0], taps = idx->t.sizes[1];
     for (int64_t r = 0; r < rows; r++)
         for (int64_t t = 0; t < taps; t++) {
             uint64_t v = t_rand();
-            int64_t at = size == 0 || v % 7 == 0 ? -1 : (int64_t)(v % (uint64_t)size);
+            int64_t at = size == 0 || (absent && v % 7 == 0) ? -1 : (int64_t)(v % (uint64_t)size);
             put_int(t_at2(&idx->t, r, t), I64, at);
             fb_set2(w, r, t, 2 * t_unit() - 0.5);
         }
@@ -198,15 +199,15 @@ static tpu_op interp_op(bool fwd, int dim, const fbuf *x, const fbuf *out, const
 /* One record: shape si with `taps` taps; in[0] of dtype xdt in layout lx,
  * out of odt in layout lo; the table contiguous or transposed (lt). */
 static void run_interp(bool fwd, int si, int64_t taps, tpu_dtype xdt, tpu_dtype odt, int lx,
-                       int lo, int lt, bool specials) {
+                       int lo, int lt, bool specials, bool absent) {
     const shape_case *s = &k_shapes[si];
     char what[256];
     int k = snprintf(what, sizeof what, "%s %s->%s ", fwd ? "interp" : "interp_backward",
                      dt_str(xdt), dt_str(odt));
     fmt_dims(what, sizeof what, &k, s->ndim, s->sizes);
-    snprintf(what + k, sizeof what - (size_t)k, " dim %d rows %lld taps %lld layouts %s/%s/%s",
-             s->dim, (long long)s->rows, (long long)taps, k_layout_names[lx], k_layout_names[lo],
-             k_layout_names[lt]);
+    snprintf(what + k, sizeof what - (size_t)k, " dim %d rows %lld taps %lld%s layouts %s/%s/%s",
+             s->dim, (long long)s->rows, (long long)taps, absent ? " (some absent)" : "",
+             k_layout_names[lx], k_layout_names[lo], k_layout_names[lt]);
     int64_t in_sizes[5], out_sizes[5];
     memcpy(in_sizes, s->sizes, sizeof in_sizes);
     memcpy(out_sizes, s->sizes, sizeof out_sizes);
@@ -222,7 +223,7 @@ static void run_interp(bool fwd, int si, int64_t taps, tpu_dtype xdt, tpu_dtype 
     fb_make(&out, odt, s->ndim, out_sizes, lo);
     fb_make2(&idx, I64, s->rows, taps, lt);
     fb_make2(&w, compute_of(xdt), s->rows, taps, lt);
-    fill_table(&idx, &w, range);
+    fill_table(&idx, &w, range, absent);
     int64_t n = t_numel(&x.t);
     for (int64_t i = 0; i < n; i++)
         fb_set(&x, i, gen_value(specials));
@@ -249,12 +250,15 @@ static void test_records(void) {
     for (int si = 0; si < N_SHAPES; si++)
         for (size_t ti = 0; ti < sizeof k_taps / sizeof k_taps[0]; ti++) {
             for (size_t p = 0; p < sizeof fwd_pairs / sizeof fwd_pairs[0]; p++, rot++)
-                run_interp(true, si, k_taps[ti], fwd_pairs[p][0], fwd_pairs[p][1], rot % L_COUNT,
-                           (rot / 4) % L_COUNT, (rot / 3) % 2 ? L_TRANS : L_CONTIG, rot % 3 == 0);
+                for (int absent = 0; absent < 2; absent++)
+                    run_interp(true, si, k_taps[ti], fwd_pairs[p][0], fwd_pairs[p][1],
+                               rot % L_COUNT, (rot / 4) % L_COUNT,
+                               (rot / 3) % 2 ? L_TRANS : L_CONTIG, rot % 3 == 0, absent);
             for (size_t p = 0; p < sizeof bwd_pairs / sizeof bwd_pairs[0]; p++, rot++)
-                run_interp(false, si, k_taps[ti], bwd_pairs[p][0], bwd_pairs[p][1],
-                           rot % L_COUNT, (rot / 4) % L_COUNT, (rot / 3) % 2 ? L_TRANS : L_CONTIG,
-                           rot % 3 == 0);
+                for (int absent = 0; absent < 2; absent++)
+                    run_interp(false, si, k_taps[ti], bwd_pairs[p][0], bwd_pairs[p][1],
+                               rot % L_COUNT, (rot / 4) % L_COUNT,
+                               (rot / 3) % 2 ? L_TRANS : L_CONTIG, rot % 3 == 0, absent);
         }
 }
 
@@ -272,7 +276,7 @@ static void adjoint(int si) {
     fb_make(&y, F64, s->ndim, gs, L_CONTIG);
     fb_make2(&idx, I64, s->rows, 3, L_CONTIG);
     fb_make2(&w, F64, s->rows, 3, L_CONTIG);
-    fill_table(&idx, &w, s->sizes[s->dim]);
+    fill_table(&idx, &w, s->sizes[s->dim], true);
     for (int64_t i = 0; i < t_numel(&x.t); i++)
         fb_set(&x, i, gen_value(false));
     for (int64_t i = 0; i < t_numel(&g.t); i++)
@@ -359,7 +363,7 @@ static void bad_taps(void) {
                 fb_make(&out, F32, 2, os, L_CONTIG);
                 fb_make2(&idx, I64, 6, 2, L_CONTIG);
                 fb_make2(&w, F32, 6, 2, L_CONTIG);
-                fill_table(&idx, &w, 4);
+                fill_table(&idx, &w, 4, b % 2 == 0);
                 put_int(t_at2(&idx.t, 5, 1), I64, bad[b]);
                 for (int64_t i = 0; i < t_numel(&x.t); i++)
                     fb_set(&x, i, 1.0);
@@ -384,7 +388,7 @@ static void bad_taps(void) {
     fb_make(&out, F32, 2, os, L_CONTIG);
     fb_make2(&idx, I64, 6, 2, L_CONTIG);
     fb_make2(&w, F32, 6, 2, L_CONTIG);
-    fill_table(&idx, &w, 4);
+    fill_table(&idx, &w, 4, true);
     put_int(t_at2(&idx.t, 0, 0), I64, 99);
     tpu_op op = interp_op(true, 1, &x, &out, &idx, &w);
     CHECK_OK(tpu_op_check(&op));
@@ -498,6 +502,23 @@ static tpu_status get_table(const tpu_interp_spec *s, table *t) {
     return st;
 }
 
+/* Row `row` of a table too big for get_table. */
+static tpu_status get_table_big(const tpu_interp_spec *s, table *t, int64_t row) {
+    t->taps = tpu_interp_taps(s);
+    if (t->taps < 1 || t->taps > 64)
+        return TPU_ERR_INVALID_ARG;
+    int64_t *idx = malloc((size_t)(t->taps * s->out_size) * sizeof *idx);
+    double *w = malloc((size_t)(t->taps * s->out_size) * sizeof *w);
+    tpu_status st = tpu_interp_table(s, t->taps, idx, w);
+    for (int64_t k = 0; st == TPU_OK && k < t->taps; k++) {
+        t->idx[k] = idx[row * t->taps + k];
+        t->w[k] = s->dtype == F64 ? w[row * t->taps + k] : ((float *)w)[row * t->taps + k];
+    }
+    free(idx);
+    free(w);
+    return st;
+}
+
 static void table_known(void) {
     /* Linear, align_corners, 3 -> 5: sources 0, 0.5, 1, 1.5, 2. */
     tpu_interp_spec s = {TPU_INTERP_LINEAR, 3, 5, true, 0.0, F32, false, false};
@@ -521,6 +542,13 @@ static void table_known(void) {
     s.scale = 4.0;
     CHECK_OK(get_table(&s, &t));
     CHECK(t.idx[6] == 0 && t.idx[7] == 1 && t.w[6] == 0.625 && t.w[7] == 0.375);
+    /* PyTorch's x86-64 build fuses scale * (o + 0.5) - 0.5 (one rounding):
+     * 96 -> 80, o = 53 reads 1.2 * 53.5 - 0.5 = 63.70000076 (unfused:
+     * 63.70000458), so the first weight is 0.29999924 (measured on
+     * PyTorch 2.13's CPU backend). */
+    s = (tpu_interp_spec){TPU_INTERP_LINEAR, 96, 80, false, 0.0, F32, false, false};
+    CHECK_OK(get_table_big(&s, &t, 53));
+    CHECK(t.idx[0] == 63 && t.idx[1] == 64 && (float)t.w[0] == 0.2999992370605469f);
     /* An unchanged size: the same position, weights 1 and 0, even with a
      * scale factor. */
     s = (tpu_interp_spec){TPU_INTERP_LINEAR, 4, 4, false, 3.0, F32, false, false};
