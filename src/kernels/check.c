@@ -652,6 +652,45 @@ static tpu_status check_scatter(const tpu_op *op) {
     return TPU_OK;
 }
 
+/* INTERP and INTERP_BACKWARD: x (in[0]) and out of one rank, equal but
+ * along dim; idx [O, T] int64 and w [O, T] of the compute dtype, O the
+ * size along dim of out (INTERP) or of the gradient in[0] (BACKWARD). */
+static tpu_status check_interp(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *x = &op->in[0], *idx = &op->in[1], *w = &op->in[2], *o = &op->out;
+    const bool fwd = op->fn == TPU_INDEX_INTERP;
+    const int32_t dim = op->p.index.dim;
+    char sa[160], sb[160];
+    if (o->ndim != x->ndim || o->ndim < 1 || dim < 0 || dim >= o->ndim)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: out has rank %d, in[0] rank %d, dim %d (ranks "
+                             "must match and dim lie in them)", name, (int)o->ndim, (int)x->ndim,
+                             (int)dim);
+    for (int32_t d = 0; d < o->ndim; d++)
+        if (d != dim && o->sizes[d] != x->sizes[d])
+            return tpu_set_error(TPU_ERR_SHAPE, "%s: out has sizes %s but in[0] has %s (they may "
+                                 "differ only along dim %d)", name, fmt_sizes(sa, sizeof sa, o),
+                                 fmt_sizes(sb, sizeof sb, x), (int)dim);
+    const int64_t rows = fwd ? o->sizes[dim] : x->sizes[dim];
+    if (idx->ndim != 2 || idx->sizes[0] != rows || idx->sizes[1] < 1)
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: the tap indices have sizes %s, expected [%lld, "
+                             "taps >= 1]", name, fmt_sizes(sa, sizeof sa, idx), (long long)rows);
+    if (idx->dtype != TPU_DTYPE_I64)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: tap index dtype %s is not supported "
+                             "(int64)", name, tpu_dtype_name(idx->dtype));
+    if (!tpu_dtype_is_float(x->dtype) || !tpu_dtype_is_float(o->dtype))
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtypes %s -> %s (floating only)", name,
+                             tpu_dtype_name(x->dtype), tpu_dtype_name(o->dtype));
+    const tpu_dtype compute = x->dtype == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
+    const bool out_ok = fwd ? (o->dtype == TPU_DTYPE_F64) == (compute == TPU_DTYPE_F64)
+                            : o->dtype == compute;
+    if (!out_ok)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: out dtype %s with in[0] dtype %s (%s)",
+                             name, tpu_dtype_name(o->dtype), tpu_dtype_name(x->dtype),
+                             fwd ? "float64 goes with float64 only"
+                                 : "out holds the sums: float32, or float64 for float64");
+    return check_shape(op, "tap weights", w, 2, idx->sizes[0], idx->sizes[1], compute);
+}
+
 static tpu_status check_index(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
     const tpu_tensor *src = &op->in[0], *idx = &op->in[1], *o = &op->out;
@@ -669,6 +708,8 @@ static tpu_status check_index(const tpu_op *op) {
             return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: accumulating into bool is not "
                                  "supported", name);
         return check_advanced(op, "out", o);
+    case TPU_INDEX_INTERP:
+    case TPU_INDEX_INTERP_BACKWARD: return check_interp(op);
     case TPU_INDEX_NONZERO:
         if (o->dtype != TPU_DTYPE_I64 || o->ndim != 2 || o->sizes[1] != src->ndim)
             return tpu_set_error(TPU_ERR_SHAPE, "%s: out must be int64 [count, %d], got %s %s",
@@ -855,8 +896,35 @@ static tpu_status check_sort(const tpu_op *op) {
 
 /* WINDOW: the image is in[0] (IM2COL, MAX_POOL) or out (COL2IM); the
  * columns are [N, OH, OW, C, kh, kw]. */
+/* WINDOW ADAPTIVE_MAX_POOL: x [N, C, D, H, W] float, out and indices
+ * (int64) [N, C, OD, OH, OW]; every bin must hold an element. */
+static tpu_status check_adaptive_pool(const tpu_op *op) {
+    const char *name = tpu_k_op_label(op);
+    const tpu_tensor *x = &op->in[0], *o = &op->out;
+    char sa[160], sb[160];
+    if (x->ndim != 5 || o->ndim != 5 || o->sizes[0] != x->sizes[0] || o->sizes[1] != x->sizes[1])
+        return tpu_set_error(TPU_ERR_SHAPE, "%s: image %s and pooled %s (both 5-d [N, C, D, H, W], "
+                             "with equal N and C)", name, fmt_sizes(sa, sizeof sa, x),
+                             fmt_sizes(sb, sizeof sb, o));
+    if (tpu_k_numel(o) > 0)
+        for (int32_t d = 2; d < 5; d++)
+            if (x->sizes[d] < 1)
+                return tpu_set_error(TPU_ERR_SHAPE, "%s: image %s has an empty dim %d: the bins "
+                                     "of %s would hold no element", name,
+                                     fmt_sizes(sa, sizeof sa, x), (int)d,
+                                     fmt_sizes(sb, sizeof sb, o));
+    if (!tpu_dtype_is_float(x->dtype) || o->dtype != x->dtype)
+        return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: dtypes %s and %s (they must match and "
+                             "be floating)", name, tpu_dtype_name(x->dtype),
+                             tpu_dtype_name(o->dtype));
+    const int64_t *os = o->sizes;
+    return check_sizes_n(op, "indices", &op->aux[0], 5, os, TPU_DTYPE_I64);
+}
+
 static tpu_status check_window(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
+    if (op->fn == TPU_WINDOW_ADAPTIVE_MAX_POOL)
+        return check_adaptive_pool(op);
     const int64_t w[8] = {op->p.window.kh, op->p.window.kw, op->p.window.sh, op->p.window.sw,
                           op->p.window.ph, op->p.window.pw, op->p.window.dh, op->p.window.dw};
     for (int k = 0; k < 8; k++)
@@ -920,7 +988,8 @@ static int aux_count(const tpu_op *op) {
     case TPU_OP_LOSS: return op->fn == TPU_LOSS_NLL_FORWARD ? 1 : 0;
     case TPU_OP_SORT: return op->fn == TPU_SORT_SEARCHSORTED ? 0 : 1;
     case TPU_OP_SCAN: return op->fn == TPU_SCAN_CUMMAX || op->fn == TPU_SCAN_CUMMIN ? 1 : 0;
-    case TPU_OP_WINDOW: return op->fn == TPU_WINDOW_MAX_POOL ? 1 : 0;
+    case TPU_OP_WINDOW:
+        return op->fn == TPU_WINDOW_MAX_POOL || op->fn == TPU_WINDOW_ADAPTIVE_MAX_POOL ? 1 : 0;
     case TPU_OP_ATTENTION: return op->fn == TPU_ATTENTION_FORWARD ? 1 : 2;
     default: return 0;
     }
@@ -966,6 +1035,9 @@ tpu_status tpu_op_check(const tpu_op *op) {
     else if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_ADVANCED ||
                                           op->fn == TPU_INDEX_ADVANCED_PUT))
         lo = 2, hi = TPU_OP_MAX_IN;
+    else if (op->code == TPU_OP_INDEX &&
+             (op->fn == TPU_INDEX_INTERP || op->fn == TPU_INDEX_INTERP_BACKWARD))
+        lo = hi = 3;
     else if (op->code == TPU_OP_INDEX)
         lo = hi = 2;
     if (op->n_aux != aux_count(op))

@@ -1,5 +1,7 @@
 /* INDEX: gathers (index_select, gather) and the embedding's dense
- * backward, a scatter-add.
+ * backward, a scatter-add. The scatters live in scatter.c and the
+ * interpolation passes in interp.c; tpu_k_index_ref and _fast route to
+ * them.
  *
  * An index is checked where it is read: one outside [0, size) stops the share with TPU_ERR_INDEX, naming
  * the value and the size, and is reported at the next sync. Nothing is
@@ -153,6 +155,8 @@ static tpu_status histc_ref(const tpu_op *op, int ith) {
 }
 
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_INDEX_INTERP || op->fn == TPU_INDEX_INTERP_BACKWARD)
+        return tpu_k_interp_ref(op, ith, nth);
     if (op->fn >= TPU_INDEX_SCATTER)
         return tpu_k_scatter_ref(op, ith, nth);
     if (op->fn == TPU_INDEX_HISTC)
@@ -160,4 +164,10 @@ tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
     if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD)
         return embedding_backward_ref(op, ith, nth);
     return gather_ref(op, ith, nth);
+}
+
+tpu_status tpu_k_index_fast(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_INDEX_INTERP || op->fn == TPU_INDEX_INTERP_BACKWARD)
+        return tpu_k_interp_fast(op, ith, nth);
+    return tpu_k_index_ref(op, ith, nth);
 }

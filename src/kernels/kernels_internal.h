@@ -45,7 +45,9 @@
  *   ATTN_MAX_HEAD    largest E and Ev the tiled attention path takes: its
  *                    tiles (block x head f32, about 200 KiB in the
  *                    backward) live on the stack; larger heads run on the
- *                    reference */
+ *                    reference
+ *   INTERP_BLOCK     neighbouring lines an interpolation pass computes
+ *                    together (one accumulator each, on the stack) */
 enum {
     TPU_K_EW_CHUNK = 256,
     TPU_K_TRANSPOSE_TILE = 16,
@@ -54,6 +56,7 @@ enum {
     TPU_K_RANDOM_BATCH = 64,
     TPU_K_ATTN_BLOCK = 32,
     TPU_K_ATTN_MAX_HEAD = 256,
+    TPU_K_INTERP_BLOCK = 64,
 };
 
 /* The one kernel signature, shared by reference and fast variants. */
@@ -155,8 +158,13 @@ int tpu_k_norm_phases(const tpu_op *op);
 int64_t tpu_k_norm_scratch_bytes(const tpu_op *op);
 tpu_status tpu_k_norm_run_phase(const tpu_op *op, int phase, int ith, int nth);
 
-/* INDEX (index.c) and LOSS (loss.c). */
+/* INDEX (index.c) and LOSS (loss.c). The fast kernel differs from the
+ * reference only for INTERP and INTERP_BACKWARD. */
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_index_fast(const tpu_op *op, int ith, int nth);
+/* INTERP and INTERP_BACKWARD (interp.c), called by the INDEX kernels. */
+tpu_status tpu_k_interp_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_interp_fast(const tpu_op *op, int ith, int nth);
 /* Scratch of an INDEX op: the embedding backward's per-row counts when it
  * scales by frequency (W int64), else 0. */
 int64_t tpu_k_index_scratch_bytes(const tpu_op *op);

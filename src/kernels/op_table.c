@@ -207,7 +207,9 @@ static const char *const k_index_names[] = {[TPU_INDEX_SELECT] = "index_select",
                                             [TPU_INDEX_SCATTER_AMIN] = "scatter_amin",
                                             [TPU_INDEX_ADVANCED] = "index",
                                             [TPU_INDEX_ADVANCED_PUT] = "index_put",
-                                            [TPU_INDEX_NONZERO] = "nonzero"};
+                                            [TPU_INDEX_NONZERO] = "nonzero",
+                                            [TPU_INDEX_INTERP] = "interp",
+                                            [TPU_INDEX_INTERP_BACKWARD] = "interp_backward"};
 _Static_assert(sizeof k_index_names / sizeof k_index_names[0] == TPU_INDEX_COUNT,
                "every tpu_index_fn needs a name");
 static const char *const k_loss_names[] = {[TPU_LOSS_NLL_FORWARD] = "nll_loss_forward",
@@ -230,7 +232,8 @@ _Static_assert(sizeof k_sort_names / sizeof k_sort_names[0] == TPU_SORT_COUNT,
 
 static const char *const k_window_names[] = {[TPU_WINDOW_IM2COL] = "im2col",
                                              [TPU_WINDOW_COL2IM] = "col2im",
-                                             [TPU_WINDOW_MAX_POOL] = "max_pool2d"};
+                                             [TPU_WINDOW_MAX_POOL] = "max_pool2d",
+                                             [TPU_WINDOW_ADAPTIVE_MAX_POOL] = "adaptive_max_pool"};
 _Static_assert(sizeof k_window_names / sizeof k_window_names[0] == TPU_WINDOW_COUNT,
                "every tpu_window_fn needs a name");
 
@@ -293,7 +296,7 @@ static const struct {
     [TPU_OP_RANDOM] = {tpu_k_random_ref, tpu_k_random_fast},
     [TPU_OP_NORM] = {tpu_k_norm_ref, tpu_k_norm_fast, tpu_k_norm_phases, tpu_k_norm_scratch_bytes,
                      tpu_k_norm_run_phase},
-    [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_ref, NULL, tpu_k_index_scratch_bytes, NULL},
+    [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_fast, NULL, tpu_k_index_scratch_bytes, NULL},
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
     [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
     [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_ref, NULL, tpu_k_sort_scratch_bytes, NULL},
@@ -399,6 +402,12 @@ int tpu_op_max_threads(const tpu_op *op) {
     switch (k_work[op->code]) {
     case WORK_ELEMENTS: {
         int64_t n = tpu_k_numel(&op->out);
+        /* Adaptive pooling reads every input element once whatever its
+         * output count: its work is the input's size. */
+        if (op->code == TPU_OP_WINDOW && op->fn == TPU_WINDOW_ADAPTIVE_MAX_POOL) {
+            int64_t n_in = tpu_k_numel(&op->in[0]);
+            n = n > 0 && n_in > n ? n_in : n;
+        }
         return n < ELEMENTS_PER_THREAD ? 1 : clamp_threads(n / ELEMENTS_PER_THREAD);
     }
     case WORK_REDUCE: {

@@ -4,7 +4,8 @@
  * written as a gather: each image element sums the column entries that
  * read it, in a fixed (i, j) order, so no two shares write one element and
  * the sums do not depend on the thread count; MAX_POOL takes each window's
- * largest value and its position.
+ * largest value and its position, ADAPTIVE_MAX_POOL each adaptive bin's
+ * (over the last three dims).
  *
  * Work split: contiguous ranges of out's row-major elements. */
 #include <math.h>
@@ -129,6 +130,106 @@ static tpu_status max_pool(const tpu_op *op, int64_t start, int64_t end) {
     return TPU_OK;
 }
 
+/* PyTorch's adaptive bins: output o of O along a dim of size I covers
+ * [floor(o I / O), ceil((o + 1) I / O)), written to avoid overflow as
+ * PyTorch's start_index and end_index. */
+static inline int64_t bin_start(int64_t o, int64_t out, int64_t in) {
+    return (o / out) * in + ((o % out) * in) / out;
+}
+
+static inline int64_t bin_end(int64_t o, int64_t out, int64_t in) {
+    return 1 + ((o + 1) * in - 1) / out;
+}
+
+/* One row of an adaptive bin, elements w0 .. w1 - 1 at stride sw: a
+ * larger value or a NaN takes over (position at + w). f32 values compare
+ * in f64 as they do in f32. The row must be aligned to its element
+ * size (the caller checks). */
+static void scan_row_f32(const float *row, int64_t sw, int64_t w0, int64_t w1, int64_t at,
+                         double *best, int64_t *best_at) {
+    float b = (float)*best;
+    int64_t b_at = *best_at;
+    for (int64_t w = w0; w < w1; w++) {
+        float v = row[w * sw];
+        if (v > b || isnan(v)) {
+            b = v;
+            b_at = at + w;
+        }
+    }
+    *best = b;
+    *best_at = b_at;
+}
+
+static void scan_row_f64(const double *row, int64_t sw, int64_t w0, int64_t w1, int64_t at,
+                         double *best, int64_t *best_at) {
+    double b = *best;
+    int64_t b_at = *best_at;
+    for (int64_t w = w0; w < w1; w++) {
+        double v = row[w * sw];
+        if (v > b || isnan(v)) {
+            b = v;
+            b_at = at + w;
+        }
+    }
+    *best = b;
+    *best_at = b_at;
+}
+
+/* ADAPTIVE_MAX_POOL over out elements [start, end). The bins of the two
+ * outer pooled dims are recomputed only when those positions change. */
+static tpu_status adaptive_max_pool(const tpu_op *op, int64_t start, int64_t end) {
+    const tpu_tensor *x = &op->in[0], *o = &op->out, *ix = &op->aux[0];
+    const int64_t D = x->sizes[2], H = x->sizes[3], W = x->sizes[4];
+    const int64_t OD = o->sizes[2], OH = o->sizes[3], OW = o->sizes[4];
+    const int64_t *strides[2] = {o->strides, ix->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
+    int64_t last_od = -1, last_oh = -1, d0 = 0, d1 = 0, h0 = 0, h1 = 0;
+    const bool aligned = tpu_k_is_aligned(x);
+    for (int64_t e = start; e < end; e++, tpu_k_iter_next(&it)) {
+        const int64_t n = it.idx[0], c = it.idx[1], od = it.idx[2], oh = it.idx[3], ow = it.idx[4];
+        if (od != last_od) {
+            d0 = bin_start(od, OD, D);
+            d1 = bin_end(od, OD, D);
+            last_od = od;
+        }
+        if (oh != last_oh) {
+            h0 = bin_start(oh, OH, H);
+            h1 = bin_end(oh, OH, H);
+            last_oh = oh;
+        }
+        const int64_t w0 = bin_start(ow, OW, W), w1 = bin_end(ow, OW, W);
+        /* As PyTorch's kernel: start from -inf at the bin's first
+         * position; a larger value or any NaN takes over (the first
+         * largest, or the last NaN). Each row of the bin is scanned with
+         * typed loads. */
+        const int64_t base = n * x->strides[0] + c * x->strides[1], sw = x->strides[4];
+        double best = -INFINITY;
+        int64_t best_at = (d0 * H + h0) * W + w0;
+        for (int64_t d = d0; d < d1; d++)
+            for (int64_t h = h0; h < h1; h++) {
+                const char *row = tpu_k_ptr(x, base + d * x->strides[2] + h * x->strides[3]);
+                const int64_t at = (d * H + h) * W;
+                switch (aligned ? x->dtype : TPU_DTYPE_COUNT) {
+                case TPU_DTYPE_F32: scan_row_f32((const float *)row, sw, w0, w1, at, &best, &best_at); break;
+                case TPU_DTYPE_F64: scan_row_f64((const double *)row, sw, w0, w1, at, &best, &best_at); break;
+                default:
+                    for (int64_t w = w0; w < w1; w++) {
+                        double v = tpu_k_load_f64(row + w * sw * (int64_t)tpu_dtype_size(x->dtype),
+                                                  x->dtype);
+                        if (v > best || isnan(v)) {
+                            best = v;
+                            best_at = at + w;
+                        }
+                    }
+                }
+            }
+        tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, best);
+        tpu_k_store_i64(tpu_k_ptr(ix, it.off[1]), TPU_DTYPE_I64, best_at);
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth) {
     int64_t start, end;
     tpu_k_split(tpu_k_numel(&op->out), ith, nth, &start, &end);
@@ -138,6 +239,7 @@ tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth) {
     case TPU_WINDOW_IM2COL: return im2col(op, start, end);
     case TPU_WINDOW_COL2IM: return col2im(op, start, end);
     case TPU_WINDOW_MAX_POOL: return max_pool(op, start, end);
+    case TPU_WINDOW_ADAPTIVE_MAX_POOL: return adaptive_max_pool(op, start, end);
     case TPU_WINDOW_COUNT: break;
     }
     return TPU_OK;

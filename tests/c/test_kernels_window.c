@@ -18,7 +18,13 @@
  * f64, f16, bf16 and integer dtypes (bool for im2col). Every record runs
  * in every kernel mode with nth = 1, 2, 3, 7 and must give the same bytes
  * each time. Also: the adjoint identity <col2im(y), x> = <y, im2col(x)>
- * on f64, and tpu_op_check's refusals. */
+ * on f64, and tpu_op_check's refusals.
+ *
+ *   ADAPTIVE_MAX_POOL  over [N, C, D, H, W]: bin o of O over a dim of I is
+ *             [floor(o I / O), ceil((o + 1) I / O)); the value of its first
+ *             largest element or of its last NaN, at (d H + h) W + w;
+ *             odd bin counts (7 -> 3, 5 -> 8), empty batches and outputs,
+ *             f32, f64, f16, bf16 in every layout. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdint.h>
@@ -567,12 +573,188 @@ static void window_refusals(void) {
     CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "aux[0] overlaps out");
     op = pok;
     op.fn = TPU_WINDOW_COUNT;
-    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "has no function 3");
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "has no function 4");
     CHECK(strcmp(tpu_op_fn_name(TPU_OP_WINDOW, TPU_WINDOW_IM2COL), "im2col") == 0);
+}
+
+/* ------------------------------------------------- adaptive max pool */
+
+static unsigned char *at5(const tpu_tensor *t, const int64_t *i) {
+    int64_t off = 0;
+    for (int d = 0; d < 5; d++)
+        off += i[d] * t->strides[d];
+    return (unsigned char *)t->data + off * (int64_t)t_size(t->dtype);
+}
+
+typedef struct {
+    const char *what;
+    fbuf *x, *out, *ix;
+} apool_ctx;
+
+/* Bin o of `out` over a dim of `in`: [floor(o in / out), ceil((o + 1) in / out)). */
+static void bin_of(int64_t o, int64_t out, int64_t in, int64_t *lo, int64_t *hi) {
+    *lo = o * in / out;
+    *hi = ((o + 1) * in + out - 1) / out;
+}
+
+static void verify_apool(void *p) {
+    const apool_ctx *k = p;
+    const tpu_tensor *x = &k->x->t, *o = &k->out->t, *ix = &k->ix->t;
+    const tpu_dtype dt = x->dtype;
+    int64_t i[5], j[5];
+    for (i[0] = 0; i[0] < o->sizes[0]; i[0]++)
+        for (i[1] = 0; i[1] < o->sizes[1]; i[1]++)
+            for (i[2] = 0; i[2] < o->sizes[2]; i[2]++)
+                for (i[3] = 0; i[3] < o->sizes[3]; i[3]++)
+                    for (i[4] = 0; i[4] < o->sizes[4]; i[4]++) {
+                        int64_t lo[5], hi[5];
+                        for (int d = 2; d < 5; d++)
+                            bin_of(i[d], o->sizes[d], x->sizes[d], &lo[d], &hi[d]);
+                        /* The last NaN if any, else the first largest. */
+                        const unsigned char *nan_p = NULL, *max_p = NULL;
+                        int64_t nan_at = -1, max_at = -1;
+                        j[0] = i[0];
+                        j[1] = i[1];
+                        for (j[2] = lo[2]; j[2] < hi[2]; j[2]++)
+                            for (j[3] = lo[3]; j[3] < hi[3]; j[3]++)
+                                for (j[4] = lo[4]; j[4] < hi[4]; j[4]++) {
+                                    const unsigned char *v = at5(x, j);
+                                    int64_t at = (j[2] * x->sizes[3] + j[3]) * x->sizes[4] + j[4];
+                                    if (isnan(t_read_f(v, dt))) {
+                                        nan_p = v;
+                                        nan_at = at;
+                                    } else if (max_p == NULL || t_read_f(v, dt) > t_read_f(max_p, dt)) {
+                                        max_p = v;
+                                        max_at = at;
+                                    }
+                                }
+                        const unsigned char *want = nan_p ? nan_p : max_p;
+                        int64_t want_at = nan_p ? nan_at : max_at;
+                        CHECK(want != NULL);
+                        if (want == NULL)
+                            continue;
+                        const unsigned char *got = at5(o, i);
+                        int64_t got_at = t_read_i(at5(ix, i), I64);
+                        bool same = nan_p ? isnan(t_read_f(got, dt)) : memcmp(got, want, t_size(dt)) == 0;
+                        if ((!same || got_at != want_at) && g_bad++ < 4)
+                            fprintf(stderr, "    %s: out [%lld, %lld, %lld, %lld, %lld] = %.9g at %lld, "
+                                    "want %.9g at %lld\n", k->what, (long long)i[0], (long long)i[1],
+                                    (long long)i[2], (long long)i[3], (long long)i[4],
+                                    t_read_f(got, dt), (long long)got_at, t_read_f(want, dt),
+                                    (long long)want_at);
+                    }
+}
+
+static const struct {
+    int64_t x[5], o[3];
+} k_apools[] = {
+    {{2, 3, 1, 7, 5}, {1, 3, 8}},  /* 7 -> 3 and 5 -> 8: overlapping and repeated bins */
+    {{1, 2, 4, 5, 6}, {3, 2, 4}},
+    {{1, 1, 1, 1, 9}, {1, 1, 4}},
+    {{2, 2, 3, 3, 3}, {3, 3, 3}},  /* one element a bin */
+    {{1, 3, 5, 1, 2}, {2, 1, 1}},
+    {{1, 1, 2, 3, 4}, {1, 1, 1}},  /* one bin: the whole volume */
+    {{0, 2, 3, 4, 5}, {1, 2, 2}},  /* no images */
+    {{2, 2, 3, 4, 5}, {1, 0, 2}},  /* no bins */
+};
+
+static void run_apool(tpu_dtype dt, int ci, int lx, int lo, int li) {
+    char what[200];
+    int k = snprintf(what, sizeof what, "adaptive_max_pool %s ", dt_str(dt));
+    fmt_dims(what, sizeof what, &k, 5, k_apools[ci].x);
+    k += snprintf(what + k, sizeof what - (size_t)k, " ->");
+    fmt_dims(what, sizeof what, &k, 3, k_apools[ci].o);
+    snprintf(what + k, sizeof what - (size_t)k, " layouts %s/%s/%s", k_layout_names[lx],
+             k_layout_names[lo], k_layout_names[li]);
+    const int64_t *xs = k_apools[ci].x;
+    const int64_t os[5] = {xs[0], xs[1], k_apools[ci].o[0], k_apools[ci].o[1], k_apools[ci].o[2]};
+    fbuf x, out, ix;
+    fb_make(&x, dt, 5, xs, lx);
+    fb_make(&out, dt, 5, os, lo);
+    fb_make(&ix, I64, 5, os, li);
+    for (int64_t i = 0; i < t_numel(&x.t); i++)
+        fb_set(&x, i, gen_win(dt, true));
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_WINDOW;
+    op.fn = TPU_WINDOW_ADAPTIVE_MAX_POOL;
+    op.n_in = 1;
+    op.n_aux = 1;
+    op.in[0] = x.t;
+    op.out = out.t;
+    op.aux[0] = ix.t;
+    apool_ctx ctx = {what, &x, &out, &ix};
+    op_bufs bufs = {{&out, &ix}, 2, {&x}, 1};
+    g_bad = 0;
+    run_everywhere(&op, &bufs, verify_apool, &ctx, what);
+    CHECK(g_bad == 0);
+    g_cases++;
+    fb_free(&x);
+    fb_free(&out);
+    fb_free(&ix);
+}
+
+static void test_adaptive_pools(void) {
+    static const tpu_dtype dts[] = {F32, F64, BF16, F16};
+    int rot = 0;
+    for (size_t ci = 0; ci < sizeof k_apools / sizeof k_apools[0]; ci++)
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+            for (int l = 0; l < 2; l++, rot++)
+                run_apool(dts[d], (int)ci, rot % L_COUNT, (rot / 4) % L_COUNT, (rot / 2) % L_COUNT);
+    /* Known answers: [1, 1, 1, 1, 5] = {1, 3, 3, NaN, 2} -> 2 bins [0, 3)
+     * and [2, 5): 3 at 1 (the first of the tie), NaN at 3. */
+    float x[5] = {1, 3, 3, NAN, 2}, out[2];
+    int64_t ix[2];
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_WINDOW;
+    op.fn = TPU_WINDOW_ADAPTIVE_MAX_POOL;
+    op.n_in = 1;
+    op.n_aux = 1;
+    op.in[0] = (tpu_tensor){.data = x, .sizes = {1, 1, 1, 1, 5}, .strides = {5, 5, 5, 5, 1},
+                            .ndim = 5, .dtype = F32, .storage = x, .storage_nbytes = sizeof x};
+    op.out = (tpu_tensor){.data = out, .sizes = {1, 1, 1, 1, 2}, .strides = {2, 2, 2, 2, 1},
+                          .ndim = 5, .dtype = F32, .storage = out, .storage_nbytes = sizeof out};
+    op.aux[0] = (tpu_tensor){.data = ix, .sizes = {1, 1, 1, 1, 2}, .strides = {2, 2, 2, 2, 1},
+                             .ndim = 5, .dtype = I64, .storage = ix, .storage_nbytes = sizeof ix};
+    CHECK_OK(tpu_op_check(&op));
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(out[0] == 3 && ix[0] == 1 && isnan(out[1]) && ix[1] == 3);
+    /* All -inf: -inf at the bin's first position. */
+    for (int i = 0; i < 5; i++)
+        x[i] = -INFINITY;
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    CHECK(out[0] == -INFINITY && ix[0] == 0 && out[1] == -INFINITY && ix[1] == 2);
+    /* Refusals. */
+    const tpu_op ok = op;
+    op.in[0].dtype = op.out.dtype = I32;
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "(they must match and be floating)");
+    op = ok;
+    op.out.dtype = BF16;
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "dtypes float32 and bfloat16");
+    op = ok;
+    op.in[0].ndim = 4;
+    CHECK_REFUSED(&op, TPU_ERR_SHAPE, "both 5-d [N, C, D, H, W]");
+    op = ok;
+    op.in[0].sizes[3] = 0;
+    CHECK_REFUSED(&op, TPU_ERR_SHAPE, "has an empty dim 3");
+    op.out.sizes[4] = op.aux[0].sizes[4] = 0; /* no bins: nothing to hold */
+    CHECK_OK(tpu_op_check(&op));
+    op = ok;
+    op.aux[0].dtype = I32;
+    CHECK_REFUSED(&op, TPU_ERR_UNSUPPORTED_DTYPE, "indices has dtype int32, expected int64");
+    op = ok;
+    op.aux[0].sizes[4] = 1;
+    CHECK_REFUSED(&op, TPU_ERR_SHAPE, "indices has sizes");
+    op = ok;
+    op.n_aux = 0;
+    CHECK_REFUSED(&op, TPU_ERR_INVALID_ARG, "n_aux is 0 (expected 1)");
+    CHECK(strcmp(tpu_op_fn_name(TPU_OP_WINDOW, TPU_WINDOW_ADAPTIVE_MAX_POOL), "adaptive_max_pool") == 0);
 }
 
 int main(void) {
     window_refusals();
+    test_adaptive_pools();
     pool_known();
     test_windows();
     printf("window: %d cases x %d modes x %d thread counts\n", g_cases, (int)N_MODES,

@@ -364,6 +364,22 @@ typedef enum {
     TPU_INDEX_NONZERO,          /* out [count, rank] int64: the coordinates of in[0]'s nonzero
                                  * elements in row-major order; count (out.sizes[0]) must be
                                  * their number (the glue counts first); n_in 1 */
+    TPU_INDEX_INTERP,           /* out[.. o ..] = sum over t of w[o, t] * in[0][.. idx[o, t] ..] along
+                                 * dim p.index.dim (separable interpolation, one dim per record):
+                                 * in[1] = idx [O, T] int64, in[2] = w [O, T]; out has in[0]'s
+                                 * sizes but O along dim. A tap whose index is -1 is absent (adds
+                                 * nothing: rows with fewer taps are padded so); any other index
+                                 * outside [0, in[0].sizes[dim]) is TPU_ERR_INDEX. Computes in f64
+                                 * when in[0] is f64, else in f32 (f16/bf16 too), which is w's
+                                 * dtype; out is f64 exactly when in[0] is, else f32, f16 or bf16,
+                                 * rounded once. Each sum starts from its first present tap's
+                                 * product and adds the others in t order (no present tap: 0) */
+    TPU_INDEX_INTERP_BACKWARD,  /* its adjoint: out[.. i ..] = sum of w[o, t] * in[0][.. o ..] over
+                                 * the (o, t) with idx[o, t] == i, added in row-major (o, t)
+                                 * order onto 0; in[0] = the gradient (O along dim), in[1] and
+                                 * in[2] as for INTERP, out (the input's gradient, I along dim)
+                                 * of the compute dtype (f32, or f64 for an f64 gradient); every
+                                 * element of out is written */
     TPU_INDEX_COUNT
 } tpu_index_fn;
 
@@ -428,7 +444,9 @@ typedef enum {
 /* WINDOW functions over the last two dims (H, W) of an image x [N, C, H,
  * W]: window (oh, ow) covers rows oh * sh - ph + i * dh and columns
  * ow * sw - pw + j * dw for i < kh, j < kw (p.window); positions outside
- * the image are padding. OH and OW are the window counts (out's sizes). */
+ * the image are padding. OH and OW are the window counts (out's sizes).
+ * ADAPTIVE_MAX_POOL instead pools the last three dims by bins computed
+ * from the sizes. */
 typedef enum {
     TPU_WINDOW_IM2COL = 0, /* out [N, OH, OW, C, kh, kw] = x at each window position, 0 in the
                             * padding; in[0] = x; same dtype */
@@ -439,6 +457,13 @@ typedef enum {
                             * counts), aux[0] int64 its position h * W + w: the first largest,
                             * or the last NaN if any (PyTorch's rule); every window must hold
                             * an image element */
+    TPU_WINDOW_ADAPTIVE_MAX_POOL, /* x [N, C, D, H, W] (in[0]), out and aux[0] (int64) [N, C, OD,
+                            * OH, OW]: the largest x in bin (od, oh, ow), and its position
+                            * (d * H + h) * W + w; the bin of o along a dim of size I covers
+                            * [floor(o I / O), ceil((o + 1) I / O)) (PyTorch's adaptive
+                            * pooling). The first largest, or the last NaN if any; float
+                            * dtypes; p.window is unused. Every dim of x must be non-empty
+                            * where out has elements */
     TPU_WINDOW_COUNT
 } tpu_window_fn;
 
@@ -627,6 +652,56 @@ typedef struct tpu_op {
      * "aten::add.out". NULL means "use the function's name". */
     const char *name;
 } tpu_op;
+
+/* Interpolation tables for INDEX INTERP and INTERP_BACKWARD: for each
+ * output position o of one dim, its taps idx[o, t] (-1: absent) and
+ * weights w[o, t], computed as PyTorch's CPU backend computes them
+ * (area_pixel_compute_scale and area_pixel_compute_source_index, in
+ * PyTorch's opmath type: double for f64 data, float otherwise), to the
+ * last bit: where the x86-64 build of PyTorch 2.13 fuses a multiply-add
+ * (its kernels are compiled with FMA, the bicubic backward is not), the
+ * table fuses the same one. */
+typedef enum {
+    TPU_INTERP_LINEAR = 0, /* 2 taps: floor(src) and the next one (the same at the edge),
+                            * weights 1 - l and l; a dim whose size does not change
+                            * gives taps (o, o) and weights (1, 0) */
+    TPU_INTERP_CUBIC,      /* 4 taps floor(src) - 1 .. + 2 clamped into the dim, Keys' cubic
+                            * convolution weights with A = -0.75 */
+    TPU_INTERP_LINEAR_AA,  /* antialiased: the triangle filter widened by the scale when
+                            * downsampling, normalised to sum 1 (PIL's and PyTorch's
+                            * antialias=True); up to tpu_interp_taps taps, the rest absent */
+    TPU_INTERP_CUBIC_AA,   /* likewise with Keys' cubic filter, A = -0.5 */
+    TPU_INTERP_COUNT
+} tpu_interp_mode;
+
+/* One dim's interpolation. */
+typedef struct {
+    tpu_interp_mode mode;
+    int64_t in_size, out_size; /* >= 1 each */
+    bool align_corners;
+    double scale;              /* the caller's scale factor (output / input); <= 0 or NaN: none,
+                                * the sizes give it */
+    tpu_dtype dtype;           /* the data's float dtype: f64 computes in double, the others in
+                                * float */
+    bool round_weights;        /* round each weight to an f16/bf16 dtype, as the generic
+                                * forward kernel of PyTorch's CPU backend stores them (its
+                                * channels-last forward and its backward keep them in float) */
+    bool backward;             /* the table of PyTorch's backward, whose cubic weights are
+                                * rounded differently (see tpu_interp_table) */
+} tpu_interp_spec;
+
+/* Taps per output position (T) of spec's table: 2 (LINEAR), 4 (CUBIC), or
+ * for the antialiased modes the filter's support, at most in_size. 0 for
+ * an invalid spec (mode outside the enum, a size < 1, dtype not float). */
+TPU_API int64_t tpu_interp_taps(const tpu_interp_spec *spec);
+
+/* Fills idx [out_size, taps] (row-major) and w [out_size, taps] (double
+ * for an f64 spec, else float) with spec's table; taps must be
+ * tpu_interp_taps(spec). Every index lies in [-1, in_size), -1 only in
+ * the antialiased modes (and only after a row's present taps). Returns
+ * TPU_ERR_INVALID_ARG for an invalid spec, NULL arrays or another taps. */
+TPU_API tpu_status tpu_interp_table(const tpu_interp_spec *spec, int64_t taps, int64_t *idx,
+                                    void *w);
 
 /* Static name of an op family ("binary", ...); "invalid" outside the enum. */
 TPU_API const char *tpu_op_name(tpu_op_code code);
