@@ -95,6 +95,10 @@ bool tpu_k_takes_dtype(tpu_k_takes takes, tpu_dtype dt);
  * TORCH_TPU_ISA) allows them. */
 bool tpu_k_cpu_has_avx2_fma(void);
 
+/* True if the AVX-512 variants may run: this CPU has AVX-512 F, BW and VL
+ * (tpu_kernels_best_isa) and the ISA cap allows them. */
+bool tpu_k_cpu_has_avx512(void);
+
 /* COPY and FILL (copy_fill.c). */
 tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth);

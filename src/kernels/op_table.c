@@ -571,6 +571,10 @@ bool tpu_k_cpu_has_avx2_fma(void) {
     return tpu_kernels_get_isa() >= TPU_ISA_AVX2;
 }
 
+bool tpu_k_cpu_has_avx512(void) {
+    return tpu_kernels_get_isa() >= TPU_ISA_AVX512;
+}
+
 int64_t tpu_op_scratch_bytes(const tpu_op *op) {
     if (op == NULL || !op_code_valid(op->code) || k_kernels[op->code].scratch_bytes == NULL)
         return 0;
