@@ -7,14 +7,25 @@ faster), forward alone and forward + backward.
     python benchmarks/bench_attention.py [--repeat N] [--dtype float32|bfloat16] [--long]
 
 --long adds L = S = 2048 (slow on a small machine). The machine is noisy:
-compare ratios, not absolute times."""
+compare ratios, not absolute times.
+
+PyTorch's OpenMP workers are set to wait passively (OMP_WAIT_POLICY,
+unless the environment says otherwise): by default they spin for a few
+milliseconds after each parallel region, and with the two sides sampled
+in turn that spinning thread takes a core from the tpu sample that
+follows (on a 2-core machine it doubled the tpu's times), while the
+tpu's pool sleeps and costs the CPU sample nothing. Passive waiting does
+not slow the CPU's millisecond-long kernels measurably."""
 import argparse
+import os
 import platform
 import statistics
 import time
 
-import torch
-import torch.nn.functional as F
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def interleaved(cpu_fn, tpu_fn, repeat: int) -> tuple[float, float]:
@@ -47,14 +58,14 @@ def main() -> None:
 
     print(f"machine: {platform.machine()}, {torch.get_num_threads()} threads for torch CPU, "
           f"{_C._num_threads()} tpu kernel threads; torch {torch.__version__}; {args.dtype}; "
-          f"median of {args.repeat}")
+          f"median of {args.repeat}; OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     print()
     print("| B, H, L = S, E | causal | pass | CPU ms | tpu ms | CPU/tpu |")
     print("|---|---|---|---:|---:|---:|")
     lengths = [512, 2048] if args.long else [512]
     g = torch.Generator().manual_seed(0)
-    for length in lengths:
-        shape = (1, 12, length, 64)
+    for length, e in [(n, e) for n in lengths for e in (64, 128)]:
+        shape = (1, 12, length, e)
         base = [torch.randn(shape, generator=g).to(dtype) for _ in range(3)]
         grad = torch.randn(shape, generator=g).to(dtype)
         for causal in (False, True):
@@ -71,7 +82,7 @@ def main() -> None:
 
                     steps.append(step)
                 t_cpu, t_tpu = interleaved(*steps, args.repeat)
-                print(f"| 1, 12, {length}, 64 | {causal} | {'fwd+bwd' if backward else 'fwd'} | "
+                print(f"| 1, 12, {length}, {e} | {causal} | {'fwd+bwd' if backward else 'fwd'} | "
                       f"{t_cpu * 1e3:.1f} | {t_tpu * 1e3:.1f} | {t_cpu / t_tpu:.2f} |")
 
 

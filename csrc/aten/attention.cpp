@@ -173,14 +173,15 @@ Forward sdpa_forward(const at::Tensor& query, const at::Tensor& key, const at::T
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
     const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-    const at::Tensor& attn_bias, std::array<bool, 4> grad_input_mask, const at::Tensor& /*out*/,
-    const at::Tensor& /*logsumexp*/, const at::Tensor& /*cum_seq_q*/, const at::Tensor& /*cum_seq_k*/,
+    const at::Tensor& attn_bias, std::array<bool, 4> grad_input_mask, const at::Tensor& out,
+    const at::Tensor& logsumexp, const at::Tensor& /*cum_seq_q*/, const at::Tensor& /*cum_seq_k*/,
     c10::SymInt /*max_q*/, c10::SymInt /*max_k*/, double dropout_p, bool is_causal,
     const at::Tensor& /*philox_seed*/, const at::Tensor& /*philox_offset*/, std::optional<double> scale) {
   const char* name = "aten::_scaled_dot_product_fused_attention_overrideable_backward";
   if (!grad_out.defined()) return {};
   check_same_device(name, query.device(),
-                    {{"grad_out", &grad_out}, {"key", &key}, {"value", &value}, {"attn_bias", &attn_bias}});
+                    {{"grad_out", &grad_out}, {"key", &key}, {"value", &value}, {"attn_bias", &attn_bias},
+                     {"out", &out}, {"logsumexp", &logsumexp}});
   TORCH_CHECK(dropout_p == 0.0, name, ": dropout_p must be 0, got ", dropout_p);
   TORCH_CHECK(!(grad_input_mask[3] && attn_bias.defined()), name,
               ": the gradient of attn_mask is not computed by the native kernel (scaled_dot_product_attention "
@@ -194,6 +195,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
               name, ": grad_out has sizes ", grad_out.sizes(), ", expected the output's");
   TORCH_CHECK(grad_out.scalar_type() == query.scalar_type(), name, ": grad_out is ", grad_out.scalar_type(),
               " but query is ", query.scalar_type());
+  // The forward's results: the kernel reads them instead of recomputing.
+  TORCH_CHECK(out.defined() && out.sizes() == grad_out.sizes() && out.scalar_type() == query.scalar_type(), name,
+              ": out must be the forward's output (sizes ", grad_out.sizes(), ", dtype ", query.scalar_type(),
+              "), got ", out.defined() ? out.sizes() : at::IntArrayRef{}, out.defined() ? " " : "undefined",
+              out.defined() ? c10::toString(out.scalar_type()) : "");
+  const at::ScalarType stat = query.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor lse4 = logsumexp.defined() && logsumexp.dim() == query.dim() - 1
+                              ? (three_d ? logsumexp.unsqueeze(1) : logsumexp)
+                              : at::Tensor();
+  TORCH_CHECK(lse4.defined() && lse4.dim() == 3 && lse4.size(0) == b && lse4.size(1) == h && lse4.size(2) == l &&
+                  logsumexp.scalar_type() == stat,
+              name, ": logsumexp must be the forward's (sizes ", grad_out.sizes().slice(0, grad_out.dim() - 1),
+              ", dtype ", stat, "), got ", logsumexp.defined() ? logsumexp.sizes() : at::IntArrayRef{},
+              logsumexp.defined() ? " " : "undefined", logsumexp.defined() ? c10::toString(logsumexp.scalar_type()) : "");
   const auto contiguous = at::MemoryFormat::Contiguous;
   at::Tensor dq = at::empty(q.sizes(), query.options().memory_format(contiguous));
   at::Tensor dk = at::empty(k.sizes(), key.options().memory_format(contiguous));
@@ -202,22 +217,24 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_backward(
   tpu_op op{};
   op.code = TPU_OP_ATTENTION;
   op.fn = TPU_ATTENTION_BACKWARD;
-  op.n_in = 5;
+  op.n_in = 7;
   op.n_aux = 2;
   op.in[4] = describe_mask(attn_bias, q, k, three_d, mask_view, name);
   if (dq.numel() > 0 || dk.numel() > 0 || dv.numel() > 0) {
-    for (const at::Tensor* t : {&grad_out, &query, &key, &value}) check_in_storage(*t, name);
+    for (const at::Tensor* t : {&grad_out, &query, &key, &value, &out, &logsumexp}) check_in_storage(*t, name);
     op.in[0] = describe(g, name);
     op.in[1] = describe(q, name);
     op.in[2] = describe(k, name);
     op.in[3] = describe(v, name);
+    op.in[5] = describe(as_4d(out), name);
+    op.in[6] = describe(lse4, name);
     op.out = describe(dq, name);
     op.aux[0] = describe(dk, name);
     op.aux[1] = describe(dv, name);
     op.p.attn.scale = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(e));
     op.p.attn.is_causal = is_causal;
-    // Each query row's logsumexp and D pass from phase 0 to the others
-    // through device scratch.
+    // Each query row's statistics (and, for few heads, parts of dq) pass
+    // between the phases through device scratch.
     scratch = attach_scratch(op, query);
     submit(query.device().index(), op, name);
   }

@@ -222,8 +222,8 @@ void advanced_record(at::TensorIteratorBase& iter, at::IntArrayRef sizes, at::In
                      bool accumulate, const char* name) {
   if (iter.numel() == 0) return;
   const int n_idx = static_cast<int>(sizes.size());
-  TORCH_CHECK(n_idx >= 1 && n_idx <= TPU_OP_MAX_IN - 1, name, ": indexing with ", n_idx,
-              " index tensors is not supported on tpu (at most ", TPU_OP_MAX_IN - 1, ")");
+  TORCH_CHECK(n_idx >= 1 && n_idx <= TPU_OP_MAX_INDICES, name, ": indexing with ", n_idx,
+              " index tensors is not supported on tpu (at most ", TPU_OP_MAX_INDICES, ")");
   TORCH_INTERNAL_ASSERT(iter.ntensors() == 2 + n_idx);
   for (int arg = 0; arg < iter.ntensors(); arg++) {
     tpu_dtype dt;

@@ -1,7 +1,7 @@
 /* ATTENTION: scaled dot-product attention and its backward. This file
  * holds the op-table hooks (phases, scratch, dispatch to the reference
- * or tiled path) and the reference path; attention_fast.c holds the
- * tiled path.
+ * or tiled path) and the reference path; attention_fast.c (forward) and
+ * attention_bwd.c (backward) hold the tiled path.
  *
  * The reference is the definition, row by row, in f64: a query row's
  * scores s_j = scale * (q . k_j) + mask_j (-inf where masked) are
@@ -18,6 +18,9 @@
  *   dq_i = scale sum_j dS_ij k_j,
  *   dk_j = scale sum_{i, h in j's group} dS_ij q_i,
  *   dv_j = sum_{i, h in j's group} P_ij g_i.
+ * The record also carries the forward's out and logsumexp; the
+ * reference does not read them (the tiled path does), so that it checks
+ * their use rather than repeats it.
  * Phase 0 computes every row's m, l and D into scratch (attention.h: not
  * the logsumexp m + log l, which loses log l when the scores are huge,
  * as under a finite mask of -FLT_MAX); phase 1 gives each
@@ -43,8 +46,8 @@ void tpu_k_attn_init(tpu_k_attn *a, const tpu_op *op) {
     a->v = &op->in[base + 2];
     a->mask = tpu_tensor_is_absent(&op->in[base + 3]) ? NULL : &op->in[base + 3];
     a->g = fwd ? NULL : &op->in[0];
-    a->out = fwd ? &op->out : NULL;
-    a->lse = fwd ? &op->aux[0] : NULL;
+    a->out = fwd ? &op->out : &op->in[5];
+    a->lse = fwd ? &op->aux[0] : &op->in[6];
     a->dq = fwd ? NULL : &op->out;
     a->dk = fwd ? NULL : &op->aux[0];
     a->dv = fwd ? NULL : &op->aux[1];
@@ -290,16 +293,25 @@ int tpu_k_attention_phases(const tpu_op *op) {
 }
 
 int64_t tpu_k_attention_scratch_bytes(const tpu_op *op) {
-    /* Called before the family's own checks: read the sizes only if the
-     * query (in[1] backward) has the rank they need. */
+    /* Called before the family's own checks: read the sizes only if q, k
+     * and v (in[1..3] backward) have the rank they need. */
     const tpu_tensor *q = &op->in[1];
-    if (op->fn != TPU_ATTENTION_BACKWARD || q->ndim != 4)
+    if (op->fn != TPU_ATTENTION_BACKWARD || q->ndim != 4 || op->in[2].ndim != 4 ||
+        op->in[3].ndim != 4)
         return 0;
     int64_t rows, bytes;
     if (__builtin_mul_overflow(q->sizes[0], q->sizes[1], &rows) ||
         __builtin_mul_overflow(rows, q->sizes[2], &rows) ||
         __builtin_mul_overflow(rows, (int64_t)(TPU_K_ATTN_STATS * sizeof(double)), &bytes))
         return INT64_MAX; /* more than any chip has: tpu_op_check refuses it */
+    if (rows < 0)
+        return 0; /* refused by the checks */
+    /* Either path may run the phases (the mode is read when they run):
+     * room for the larger layout. */
+    if (tpu_k_attn_fast_takes(op)) {
+        const int64_t fast = tpu_k_attn_fast_scratch_bytes(op);
+        bytes = fast > bytes ? fast : bytes;
+    }
     return bytes;
 }
 

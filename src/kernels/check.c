@@ -516,8 +516,9 @@ static tpu_status check_sizes_n(const tpu_op *op, const char *what, const tpu_te
 /* ATTENTION: query [B, H, L, E], key [B, Hk, S, E], value [B, Hk, S, Ev]
  * of one float dtype, Hk dividing H; the mask [B, H, L, S], bool or
  * float; forward out [B, H, L, Ev] and logsumexp [B, H, L] (float32, or
- * float64 for float64 operands); backward grad [B, H, L, Ev] and dq, dk,
- * dv of q's, k's and v's sizes. */
+ * float64 for float64 operands); backward grad [B, H, L, Ev], the
+ * forward's out and logsumexp as the forward writes them, and dq, dk, dv
+ * of q's, k's and v's sizes. */
 static tpu_status check_attention(const tpu_op *op) {
     const char *name = tpu_k_op_label(op);
     const bool fwd = op->fn == TPU_ATTENTION_FORWARD;
@@ -567,6 +568,11 @@ static tpu_status check_attention(const tpu_op *op) {
     }
     tpu_status st = check_sizes_n(op, "grad", &op->in[0], 4, os, dt);
     if (st == TPU_OK)
+        st = check_sizes_n(op, "forward out", &op->in[5], 4, os, dt);
+    if (st == TPU_OK)
+        st = check_sizes_n(op, "forward logsumexp", &op->in[6], 3, os,
+                           dt == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32);
+    if (st == TPU_OK)
         st = check_sizes_n(op, "dq", &op->out, 4, qs, dt);
     if (st == TPU_OK)
         st = check_sizes_n(op, "dk", &op->aux[0], 4, ks, dt);
@@ -581,10 +587,10 @@ static tpu_status check_attention(const tpu_op *op) {
 static tpu_status check_advanced(const tpu_op *op, const char *what, const tpu_tensor *t) {
     const char *name = tpu_k_op_label(op);
     const int32_t n = op->p.index.n_idx;
-    if (n < 1 || n > TPU_OP_MAX_IN - 1 || op->n_in != n + 1)
+    if (n < 1 || n > TPU_OP_MAX_INDICES || op->n_in != n + 1)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %d index tensors with n_in %d (1 to %d "
                              "indices, n_in one more)", name, (int)n, (int)op->n_in,
-                             TPU_OP_MAX_IN - 1);
+                             TPU_OP_MAX_INDICES);
     for (int k = 1; k <= n; k++) {
         tpu_status st = check_same_sizes(op, k);
         if (st != TPU_OK)
@@ -1006,7 +1012,7 @@ static const struct {
     [TPU_OP_REDUCE] = {1, 1}, [TPU_OP_MATMUL] = {2, 3},   [TPU_OP_RANDOM] = {0, 0},
     [TPU_OP_NORM] = {3, 5},   [TPU_OP_INDEX] = {1, 5},    [TPU_OP_LOSS] = {3, 4},
     [TPU_OP_SCAN] = {1, 1},   [TPU_OP_SORT] = {1, 2},     [TPU_OP_WINDOW] = {1, 1},
-    [TPU_OP_ATTENTION] = {4, 5},
+    [TPU_OP_ATTENTION] = {4, 7},
 };
 _Static_assert(sizeof k_arity / sizeof k_arity[0] == TPU_OP_COUNT,
                "every tpu_op_code needs an arity");
@@ -1029,12 +1035,12 @@ tpu_status tpu_op_check(const tpu_op *op) {
     if (op->code == TPU_OP_LOSS)
         lo = hi = op->fn == TPU_LOSS_NLL_FORWARD ? 3 : 4;
     if (op->code == TPU_OP_ATTENTION)
-        lo = hi = op->fn == TPU_ATTENTION_FORWARD ? 4 : 5;
+        lo = hi = op->fn == TPU_ATTENTION_FORWARD ? 4 : 7;
     if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_HISTC || op->fn == TPU_INDEX_NONZERO))
         lo = hi = 1;
     else if (op->code == TPU_OP_INDEX && (op->fn == TPU_INDEX_ADVANCED ||
                                           op->fn == TPU_INDEX_ADVANCED_PUT))
-        lo = 2, hi = TPU_OP_MAX_IN;
+        lo = 2, hi = 1 + TPU_OP_MAX_INDICES;
     else if (op->code == TPU_OP_INDEX &&
              (op->fn == TPU_INDEX_INTERP || op->fn == TPU_INDEX_INTERP_BACKWARD))
         lo = hi = 3;
@@ -1050,7 +1056,8 @@ tpu_status tpu_op_check(const tpu_op *op) {
                                         name, (int)op->n_in, lo, hi);
     /* Each descriptor on its own, then the out-specific rule, then the
      * relations the op needs between them. */
-    static const char *const what[] = {"in[0]", "in[1]", "in[2]", "in[3]", "in[4]"};
+    static const char *const what[] = {"in[0]", "in[1]", "in[2]", "in[3]",
+                                       "in[4]", "in[5]", "in[6]"};
     static const char *const aux_what[] = {"aux[0]", "aux[1]"};
     _Static_assert(sizeof what / sizeof what[0] == TPU_OP_MAX_IN, "a name per input slot");
     _Static_assert(sizeof aux_what / sizeof aux_what[0] == TPU_OP_MAX_AUX, "a name per aux slot");

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "convert.h"
+#include "gemm.h"
 #include "kernels_internal.h"
 #include "matmul.h"
 #include "strided.h"
@@ -26,37 +27,43 @@
 #include <immintrin.h>
 #endif
 
-/* Computes c[0..mr)[0..nr) (row stride ldc) from packed panels a (kc
- * steps of mr values) and b (kc steps of nr values): starting from c when
- * `accumulate`, else from +0, then c = fma(a, b, c) for each k in order. */
-typedef void (*tpu_k_gemm_ukernel)(int64_t kc, const float *a, const float *b, float *c,
-                                   int64_t ldc, bool accumulate);
-
-/* A micro-kernel and its blocking sizes: the one table of them. */
-typedef struct {
-    const char *name;
-    int32_t mr, nr;     /* register tile */
-    int32_t mc, kc, nc; /* cache blocks; mc % mr == 0, nc % nr == 0 */
-    tpu_k_gemm_ukernel kernel;
-    bool (*available)(void);
-} tpu_k_gemm_config;
-
 /* ------------------------------------------------------ micro-kernels */
 
+/* Each kernel body is written once over the strides of A and inlined
+ * three times: with csa == 1 (row-major A: attention's key and value
+ * rows), with rsa == 1 (packed panels and column-major A) and general,
+ * so that the common forms address A with constant steps. */
+
 /* Portable 4x8 kernel (fmaf keeps the chain identical on every CPU). */
-static void tpu_k_gemm_f32_c_4x8(int64_t kc, const float *a, const float *b, float *c,
-                                 int64_t ldc, bool accumulate) {
+static inline __attribute__((always_inline)) void gemm_c_4x8_body(int64_t kc, const float *a,
+                                                                 int64_t rsa, int64_t csa,
+                                                                 const float *b, int64_t ldb,
+                                                                 float *c, int64_t ldc,
+                                                                 bool accumulate) {
     float acc[4][8];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++)
             acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
     for (int64_t k = 0; k < kc; k++)
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 4; i++) {
+            const float x = a[i * rsa + k * csa];
             for (int j = 0; j < 8; j++)
-                acc[i][j] = fmaf(a[k * 4 + i], b[k * 8 + j], acc[i][j]);
+                acc[i][j] = fmaf(x, b[k * ldb + j], acc[i][j]);
+        }
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++)
             c[i * ldc + j] = acc[i][j];
+}
+
+static void tpu_k_gemm_f32_c_4x8(int64_t kc, const float *a, int64_t rsa, int64_t csa,
+                                 const float *b, int64_t ldb, float *c, int64_t ldc,
+                                 bool accumulate) {
+    if (csa == 1)
+        gemm_c_4x8_body(kc, a, rsa, 1, b, ldb, c, ldc, accumulate);
+    else if (rsa == 1)
+        gemm_c_4x8_body(kc, a, 1, csa, b, ldb, c, ldc, accumulate);
+    else
+        gemm_c_4x8_body(kc, a, rsa, csa, b, ldb, c, ldc, accumulate);
 }
 
 static bool always_available(void) {
@@ -69,11 +76,9 @@ static bool always_available(void) {
  * the accumulators live in registers (an array would be kept in memory
  * at -O2). */
 #define TPU_K_ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
-__attribute__((target("avx2,fma"))) static void tpu_k_gemm_f32_avx2_6x16(int64_t kc,
-                                                                         const float *a,
-                                                                         const float *b, float *c,
-                                                                         int64_t ldc,
-                                                                         bool accumulate) {
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+gemm_avx2_6x16_body(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *b,
+                    int64_t ldb, float *c, int64_t ldc, bool accumulate) {
 #define DECL(i) __m256 c##i##0 = _mm256_setzero_ps(), c##i##1 = _mm256_setzero_ps();
     TPU_K_ROWS6(DECL)
 #undef DECL
@@ -85,11 +90,11 @@ __attribute__((target("avx2,fma"))) static void tpu_k_gemm_f32_avx2_6x16(int64_t
 #undef LOAD
     }
     for (int64_t k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_load_ps(b + k * 16), b1 = _mm256_load_ps(b + k * 16 + 8);
-        const float *ak = a + k * 6;
+        __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
+        const float *ak = a + k * csa;
 #define STEP(i)                                                                                    \
     {                                                                                              \
-        __m256 ai = _mm256_broadcast_ss(ak + i);                                                   \
+        __m256 ai = _mm256_broadcast_ss(ak + i * rsa);                                             \
         c##i##0 = _mm256_fmadd_ps(ai, b0, c##i##0);                                                \
         c##i##1 = _mm256_fmadd_ps(ai, b1, c##i##1);                                                \
     }
@@ -103,18 +108,79 @@ __attribute__((target("avx2,fma"))) static void tpu_k_gemm_f32_avx2_6x16(int64_t
 #undef STORE
 }
 #undef TPU_K_ROWS6
+
+__attribute__((target("avx2,fma"))) static void
+tpu_k_gemm_f32_avx2_6x16(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *b,
+                         int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+    if (csa == 1)
+        gemm_avx2_6x16_body(kc, a, rsa, 1, b, ldb, c, ldc, accumulate);
+    else if (rsa == 1)
+        gemm_avx2_6x16_body(kc, a, 1, csa, b, ldb, c, ldc, accumulate);
+    else
+        gemm_avx2_6x16_body(kc, a, rsa, csa, b, ldb, c, ldc, accumulate);
+}
+
+/* AVX-512 8x32 kernel: 16 zmm accumulators (8 rows x 2 halves of 16),
+ * two B loads and eight A broadcasts per k; 32 registers leave room for
+ * the loads, and the 16 independent chains cover the fma latency. */
+#define TPU_K_ROWS8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+gemm_avx512_8x32_body(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *b,
+                      int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+#define DECL(i) __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();
+    TPU_K_ROWS8(DECL)
+#undef DECL
+    if (accumulate) {
+#define LOAD(i)                                                                                    \
+    c##i##0 = _mm512_loadu_ps(c + i * ldc);                                                        \
+    c##i##1 = _mm512_loadu_ps(c + i * ldc + 16);
+        TPU_K_ROWS8(LOAD)
+#undef LOAD
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
+        const float *ak = a + k * csa;
+#define STEP(i)                                                                                    \
+    {                                                                                              \
+        __m512 ai = _mm512_set1_ps(ak[i * rsa]);                                                   \
+        c##i##0 = _mm512_fmadd_ps(ai, b0, c##i##0);                                                \
+        c##i##1 = _mm512_fmadd_ps(ai, b1, c##i##1);                                                \
+    }
+        TPU_K_ROWS8(STEP)
+#undef STEP
+    }
+#define STORE(i)                                                                                   \
+    _mm512_storeu_ps(c + i * ldc, c##i##0);                                                        \
+    _mm512_storeu_ps(c + i * ldc + 16, c##i##1);
+    TPU_K_ROWS8(STORE)
+#undef STORE
+}
+#undef TPU_K_ROWS8
+
+__attribute__((target("avx512f"))) static void
+tpu_k_gemm_f32_avx512_8x32(int64_t kc, const float *a, int64_t rsa, int64_t csa, const float *b,
+                           int64_t ldb, float *c, int64_t ldc, bool accumulate) {
+    if (csa == 1)
+        gemm_avx512_8x32_body(kc, a, rsa, 1, b, ldb, c, ldc, accumulate);
+    else if (rsa == 1)
+        gemm_avx512_8x32_body(kc, a, 1, csa, b, ldb, c, ldc, accumulate);
+    else
+        gemm_avx512_8x32_body(kc, a, rsa, csa, b, ldb, c, ldc, accumulate);
+}
 #endif
 
 /* First available entry wins: fastest first, portable last. */
 static const tpu_k_gemm_config k_gemm_configs[] = {
 #if TPU_K_X86
+    {"tpu_k_gemm_f32_avx512_8x32", 8, 32, 144, 256, 2048, tpu_k_gemm_f32_avx512_8x32,
+     tpu_k_cpu_has_avx512},
     {"tpu_k_gemm_f32_avx2_6x16", 6, 16, 144, 256, 2048, tpu_k_gemm_f32_avx2_6x16,
      tpu_k_cpu_has_avx2_fma},
 #endif
     {"tpu_k_gemm_f32_c_4x8", 4, 8, 128, 256, 2048, tpu_k_gemm_f32_c_4x8, always_available},
 };
 
-static const tpu_k_gemm_config *gemm_config(void) {
+const tpu_k_gemm_config *tpu_k_gemm_config_get(void) {
     size_t n = sizeof k_gemm_configs / sizeof k_gemm_configs[0];
     for (size_t i = 0; i + 1 < n; i++)
         if (k_gemm_configs[i].available())
@@ -293,7 +359,7 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
     if (m0 >= m1 || n0 >= n1)
         return TPU_OK;
-    const tpu_k_gemm_config *cfg = gemm_config();
+    const tpu_k_gemm_config *cfg = tpu_k_gemm_config_get();
     pack_ctx cx = {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
                    tpu_k_mm_passes(op)};
     /* K * passes fits: K f32 elements exist, so 4 * K < 2^63. */
@@ -326,8 +392,8 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
                 /* Tiles of the C block; the first k block starts the chains. */
                 for (int64_t jr = 0; jr < nb; jr += nr)
                     for (int64_t ir = 0; ir < mb; ir += mr)
-                        cfg->kernel(kb, apack + ir * kb, bpack + jr * kb, cbuf + ir * ldc + jr,
-                                    ldc, pc > 0);
+                        cfg->kernel(kb, apack + ir * kb, 1, mr, bpack + jr * kb, nr,
+                                    cbuf + ir * ldc + jr, ldc, pc > 0);
             }
             /* The chains are complete: finish and store this C block. */
             store_block(op, ic, mb, jc, nb, cbuf, ldc);

@@ -39,13 +39,19 @@
  *   LEADING_ROWS     rows added per pass over those accumulators
  *   RANDOM_BATCH     Philox blocks generated before their elements are
  *                    finished (16 bytes each on the stack)
- *   ATTN_BLOCK       query rows and key rows of an attention tile (a
- *                    block x block tile of scores; the tiled kernels hold
- *                    one row of it in four 8-lane registers)
- *   ATTN_MAX_HEAD    largest E and Ev the tiled attention path takes: its
- *                    tiles (block x head f32, about 200 KiB in the
- *                    backward) live on the stack; larger heads run on the
- *                    reference
+ *   ATTN_QBLOCK      query rows of an attention block: a share unit of
+ *                    the forward and of the backward's phases 0 and 2,
+ *                    and the lanes of its transposed score blocks
+ *   ATTN_KBLOCK      keys per step of an attention block (one online
+ *                    softmax step; a score block of QBLOCK x KBLOCK
+ *                    f32, 64 KiB, stays in L2)
+ *   ATTN_KV_UNITS    share units the backward's key phase aims for: the
+ *                    keys of each (batch, kv head) are cut into chunks
+ *                    until there are that many (each chunk then writes
+ *                    its own part of dq, summed in phase 2) ...
+ *   ATTN_MAX_CHUNKS  ... but into no more chunks than this
+ *   ATTN_MAX_HEAD    largest E and Ev the tiled attention path takes;
+ *                    larger heads run on the reference
  *   INTERP_BLOCK     neighbouring lines an interpolation pass computes
  *                    together (one accumulator each, on the stack) */
 enum {
@@ -54,7 +60,10 @@ enum {
     TPU_K_LEADING_CHUNK = 512,
     TPU_K_LEADING_ROWS = 4,
     TPU_K_RANDOM_BATCH = 64,
-    TPU_K_ATTN_BLOCK = 32,
+    TPU_K_ATTN_QBLOCK = 64,
+    TPU_K_ATTN_KBLOCK = 256,
+    TPU_K_ATTN_KV_UNITS = 16,
+    TPU_K_ATTN_MAX_CHUNKS = 8,
     TPU_K_ATTN_MAX_HEAD = 256,
     TPU_K_INTERP_BLOCK = 64,
 };
@@ -97,6 +106,10 @@ bool tpu_k_takes_dtype(tpu_k_takes takes, tpu_dtype dt);
  * probed once, thread-safe) and the ISA cap (tpu_kernels_set_isa, or
  * TORCH_TPU_ISA) allows them. */
 bool tpu_k_cpu_has_avx2_fma(void);
+
+/* True if the AVX-512 variants may run: this CPU has AVX-512 F, BW and VL
+ * (tpu_kernels_best_isa) and the ISA cap allows them. */
+bool tpu_k_cpu_has_avx512(void);
 
 /* COPY and FILL (copy_fill.c). */
 tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth);
@@ -196,14 +209,15 @@ double tpu_k_polygamma(int64_t n, double x);
 double tpu_k_zeta(double s, double q);
 double tpu_k_bessel_i(int nu, double x, bool scaled);
 
-/* ATTENTION (attention.c, attention_fast.c): the forward's reference and
+/* ATTENTION (attention.c; the tiled path in attention_fast.c,
+ * attention_bwd.c and attention_lanes.c): the forward's reference and
  * tiled kernels, and the backward's three phases (0: each query row's
- * max, sum and D into scratch; 1: dk and dv per key block; 2: dq per
- * query block), each phase choosing its path. */
+ * statistics into scratch; 1: dk and dv per key row or chunk; 2: dq per
+ * query row or block), each phase choosing its path (attention.h). */
 tpu_status tpu_k_attention_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_attention_fast(const tpu_op *op, int ith, int nth);
 int tpu_k_attention_phases(const tpu_op *op);            /* 3 backward, else 1 */
-int64_t tpu_k_attention_scratch_bytes(const tpu_op *op); /* backward: 3 f64 per query row */
+int64_t tpu_k_attention_scratch_bytes(const tpu_op *op); /* backward: per query row */
 tpu_status tpu_k_attention_run_phase(const tpu_op *op, int phase, int ith, int nth);
 
 /* Reads an int64, int32 or uint8 index element. */

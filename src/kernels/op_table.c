@@ -439,19 +439,19 @@ int tpu_op_max_threads(const tpu_op *op) {
     }
     case WORK_ATTENTION: {
         /* Shares take blocks of query rows (and, in the backward's phase
-         * 1, of key rows): no more threads than the larger count. q is
-         * in[0] forward, in[1] backward; k follows it. Counted in double,
-         * as for GEMM. */
+         * 1, chunks of keys: at least one per (batch, kv head)): no more
+         * threads than the larger count. q is in[0] forward, in[1]
+         * backward; k follows it. Counted in double, as for GEMM. */
         const bool fwd = op->fn == TPU_ATTENTION_FORWARD;
         const tpu_tensor *q = &op->in[fwd ? 0 : 1], *k = &op->in[fwd ? 1 : 2];
         const tpu_tensor *v = &op->in[fwd ? 2 : 3];
         if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
             return 1;
-        const double blk = TPU_K_ATTN_BLOCK;
         const double qblocks = (double)q->sizes[0] * (double)q->sizes[1] *
-                               ceil((double)q->sizes[2] / blk);
+                               ceil((double)q->sizes[2] / TPU_K_ATTN_QBLOCK);
         const double kblocks = (double)k->sizes[0] * (double)k->sizes[1] *
-                               ceil((double)k->sizes[2] / blk);
+                               fmin(ceil((double)k->sizes[2] / TPU_K_ATTN_KBLOCK),
+                                    TPU_K_ATTN_MAX_CHUNKS);
         const double units = fwd || qblocks > kblocks ? qblocks : kblocks;
         const double macs = (double)q->sizes[0] * (double)q->sizes[1] * (double)q->sizes[2] *
                             (double)k->sizes[2] * (double)(q->sizes[3] + v->sizes[3]);
@@ -578,6 +578,10 @@ tpu_isa tpu_kernels_get_isa(void) {
 
 bool tpu_k_cpu_has_avx2_fma(void) {
     return tpu_kernels_get_isa() >= TPU_ISA_AVX2;
+}
+
+bool tpu_k_cpu_has_avx512(void) {
+    return tpu_kernels_get_isa() >= TPU_ISA_AVX512;
 }
 
 int64_t tpu_op_scratch_bytes(const tpu_op *op) {

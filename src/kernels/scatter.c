@@ -151,7 +151,7 @@ static tpu_status advanced_ref(const tpu_op *op, int ith, int nth) {
     const size_t es = tpu_dtype_size(o->dtype);
     const bool float_out = tpu_dtype_is_float(o->dtype), acc = put && op->p.index.accumulate;
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&a), nb > 0 ? tpu_k_iter_next(&b) : (void)0) {
-        int64_t off[TPU_OP_MAX_IN - 1];
+        int64_t off[TPU_OP_MAX_INDICES];
         for (int k = 0; k < n; k++)
             off[k] = 2 + k < na ? a.off[2 + k] : b.off[2 + k - na];
         int64_t add;

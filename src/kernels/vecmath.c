@@ -227,6 +227,21 @@ VM_PORTABLE_LOOP(erf, k_erf_s(x))
 VM_PORTABLE_LOOP(sin, vm_sin_s(x))
 VM_PORTABLE_LOOP(cos, vm_cos_s(x))
 
+/* The portable tpu_vm_exp_rows_f32 (the vector levels' tail too). */
+static void vm_exp_rows_s(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
+                          float *sum) {
+    if (sum != NULL)
+        for (int64_t i = 0; i < n; i++)
+            sum[i] = 0.0f;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < n; i++) {
+            const float v = k_exp_s(x[r * ld + i] - sub[i]);
+            x[r * ld + i] = v;
+            if (sum != NULL)
+                sum[i] = sum[i] + v;
+        }
+}
+
 static const vm_array_fn k_portable_fns[] = {
     [TPU_VM_EXP] = vm_exp_array_s,         [TPU_VM_EXPM1] = vm_expm1_array_s,
     [TPU_VM_LOG] = vm_log_array_s,         [TPU_VM_LOG1P] = vm_log1p_array_s,
@@ -331,9 +346,56 @@ static const vm_array_fn k_avx512_fns[] = {
 _Static_assert(sizeof k_avx512_fns / sizeof k_avx512_fns[0] == TPU_VM_COUNT,
                "every tpu_vm_fn needs an AVX-512 loop");
 
+/* exp of rows minus a vector (tpu_vm_exp_rows_f32): LANES columns at a
+ * time, down the rows, with the column sums in a register; the columns
+ * past the last whole vector take the portable level's scalar exp, which
+ * gives the same bits. */
+#define VM_EXP_ROWS(SFX, ATTR, VTYPE, LANES, LOAD, STORE, SUB, ADD, ZERO, KEXP)                 \
+    ATTR static void vm_exp_rows_##SFX(float *x, int64_t ld, int64_t rows, int64_t n,          \
+                                       const float *sub, float *sum) {                         \
+        int64_t i = 0;                                                                         \
+        for (; i + LANES <= n; i += LANES) {                                                   \
+            const VTYPE s = LOAD(sub + i);                                                     \
+            VTYPE acc = ZERO();                                                                \
+            for (int64_t r = 0; r < rows; r++) {                                               \
+                float *p = x + r * ld + i;                                                     \
+                const VTYPE v = KEXP(SUB(LOAD(p), s));                                         \
+                STORE(p, v);                                                                   \
+                acc = ADD(acc, v);                                                             \
+            }                                                                                  \
+            if (sum != NULL)                                                                   \
+                STORE(sum + i, acc);                                                           \
+        }                                                                                      \
+        if (i < n)                                                                             \
+            vm_exp_rows_s(x + i, ld, rows, n - i, sub + i, sum != NULL ? sum + i : NULL);      \
+    }
+
+VM_EXP_ROWS(avx2, VM_AVX2_ATTR, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_sub_ps,
+            _mm256_add_ps, _mm256_setzero_ps, k_exp_avx2)
+VM_EXP_ROWS(avx512, VM_AVX512_ATTR, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_sub_ps,
+            _mm512_add_ps, _mm512_setzero_ps, k_exp_avx512)
+
 #endif /* TPU_K_X86 */
 
 /* ------------------------------------------------ public functions */
+
+void tpu_vm_exp_rows_f32(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
+                         float *sum) {
+    if (n <= 0)
+        return;
+#if TPU_K_X86
+    tpu_isa isa = tpu_kernels_get_isa();
+    if (isa >= TPU_ISA_AVX512) {
+        vm_exp_rows_avx512(x, ld, rows, n, sub, sum);
+        return;
+    }
+    if (isa >= TPU_ISA_AVX2) {
+        vm_exp_rows_avx2(x, ld, rows, n, sub, sum);
+        return;
+    }
+#endif
+    vm_exp_rows_s(x, ld, rows, n, sub, sum);
+}
 
 void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n) {
     if ((unsigned)fn >= (unsigned)TPU_VM_COUNT || n <= 0)

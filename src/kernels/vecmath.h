@@ -40,6 +40,18 @@ typedef enum {
  * not depend on the level, on n or on the alignment. */
 void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n);
 
+/* Exponentials of the rows of a block, shifted per column, as a softmax
+ * takes them: x[r * ld + i] = exp(x[r * ld + i] - sub[i]) in place for
+ * r < rows, i < n, and, when sum is not NULL, sum[i] = the sum of those
+ * results over r, in order of r, from +0.
+ *   x    rows rows of n floats, ld apart (ld >= n; any alignment)
+ *   sub  n floats; sum n floats or NULL; neither may overlap x
+ *   n <= 0 does nothing; rows <= 0 only sets sum (if given) to 0
+ * Each exp gives the bits tpu_vm_f32(TPU_VM_EXP) gives for the
+ * difference, and the sums are the same on every ISA level. */
+void tpu_vm_exp_rows_f32(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
+                         float *sum);
+
 /* fn(x) for one value, bit-identical to what tpu_vm_f32 gives for x.
  * Returns NaN for an invalid fn. */
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x);

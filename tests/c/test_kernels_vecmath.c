@@ -309,10 +309,62 @@ static void test_layouts(void) {
     CHECK(out[0] == -7.0f);
 }
 
+/* tpu_vm_exp_rows_f32 at every level against its definition on the
+ * scalar form: n = 0..37 columns (whole vectors of 8 and 16 and tails),
+ * 0..4 rows with gaps between them (ld > n), inputs from the specials
+ * pool (NaN, infinities, subnormal results) minus per-column values that
+ * include -inf, +inf and 0. Nothing outside the rows' n columns is
+ * written; the sums are exact bit matches of the in-order sums. */
+static void test_exp_rows(void) {
+    enum { LD = 41, ROWS = 4 };
+    static const float pool[] = {0.3f, -2.5f, 7.0f, -0.7f, 50.0f, -60.0f, 0.0f, -0.0f,
+                                 NAN,  INFINITY, -INFINITY, 2.0f, -1e9f, 12.0f, -103.0f};
+    static const float subs[] = {0.0f, 1.5f, -3.0f, INFINITY, -INFINITY, 60.0f, -0.0f};
+    enum { NPOOL = sizeof pool / sizeof pool[0], NSUB = sizeof subs / sizeof subs[0] };
+    float x[ROWS * LD], want[ROWS * LD], sub[LD], sum[LD + 1], wsum[LD];
+    tpu_isa best = tpu_kernels_best_isa();
+    for (int isa = 0; isa <= (int)best; isa++) {
+        CHECK_OK(tpu_kernels_set_isa((tpu_isa)isa));
+        int bad = 0;
+        for (int n = 0; n <= 37; n++)
+            for (int rows = 0; rows <= ROWS; rows++) {
+                for (int i = 0; i < ROWS * LD; i++)
+                    x[i] = want[i] = pool[(i * 5 + n + rows) % NPOOL];
+                for (int i = 0; i < LD; i++) {
+                    sub[i] = subs[(i + n) % NSUB];
+                    wsum[i] = 0.0f;
+                }
+                for (int r = 0; r < rows; r++)
+                    for (int i = 0; i < n; i++) {
+                        want[r * LD + i] = tpu_vm_scalar_f32(TPU_VM_EXP, x[r * LD + i] - sub[i]);
+                        wsum[i] = wsum[i] + want[r * LD + i];
+                    }
+                sum[n] = -7.0f;
+                tpu_vm_exp_rows_f32(x, LD, rows, n, sub, sum);
+                for (int i = 0; i < ROWS * LD; i++)
+                    bad += !same_value(x[i], want[i]);
+                for (int i = 0; i < n; i++)
+                    bad += !same_value(sum[i], wsum[i]);
+                bad += sum[n] != -7.0f;
+                /* Without sums: the same exponentials. */
+                for (int i = 0; i < ROWS * LD; i++)
+                    x[i] = pool[(i * 5 + n + rows) % NPOOL];
+                tpu_vm_exp_rows_f32(x, LD, rows, n, sub, NULL);
+                for (int i = 0; i < ROWS * LD; i++)
+                    bad += !same_value(x[i], want[i]);
+            }
+        CHECK(bad == 0);
+        if (bad)
+            fprintf(stderr, "    exp_rows at %s: %d bad values\n", tpu_isa_name((tpu_isa)isa), bad);
+    }
+    CHECK_OK(tpu_kernels_set_isa(TPU_ISA_COUNT - 1));
+}
+
 int main(void) {
     printf("vecmath on %s (best level)\n", tpu_isa_name(tpu_kernels_best_isa()));
     test_specials();
     test_layouts();
+    test_exp_rows();
     test_sweep();
     return check_report();
 }

@@ -488,9 +488,12 @@ typedef enum {
 typedef enum {
     TPU_ATTENTION_FORWARD = 0, /* in: q, k, v, mask?; out [B, H, L, Ev]; aux[0] = logsumexp
                                 * [B, H, L] of each row's scores, float32 (float64 for f64) */
-    TPU_ATTENTION_BACKWARD,    /* in: grad g [B, H, L, Ev], q, k, v, mask?; out = dq, aux[0] =
-                                * dk, aux[1] = dv (q's, k's and v's sizes); recomputes the
-                                * forward's statistics: 3 phases, scratch (tpu_op_phases) */
+    TPU_ATTENTION_BACKWARD,    /* in: grad g [B, H, L, Ev], q, k, v, mask?, and the forward's
+                                * out [B, H, L, Ev] and logsumexp [B, H, L] (its dtype); out
+                                * = dq, aux[0] = dk, aux[1] = dv (q's, k's and v's sizes); 3
+                                * phases, scratch (tpu_op_phases). The fast kernel reads the
+                                * forward's results (D = rowsum(g * out), P = exp(s - lse));
+                                * the reference recomputes them from q, k, v and the mask */
     TPU_ATTENTION_COUNT
 } tpu_attention_fn;
 
@@ -509,9 +512,11 @@ typedef enum {
     TPU_PRECISION_MEDIUM,      /* 1 bf16 pass, f32 accumulation */
 } tpu_precision;
 
-/* Most inputs and further outputs a record carries. */
-#define TPU_OP_MAX_IN 5
+/* Most inputs and further outputs a record carries (ATTENTION's backward
+ * reads seven), and most index tensors of INDEX ADVANCED*. */
+#define TPU_OP_MAX_IN 7
 #define TPU_OP_MAX_AUX 2
+#define TPU_OP_MAX_INDICES 4
 
 /* An optional operand that is not given (NORM's weight, a gradient not
  * wanted) is an absent descriptor: all zero, so data NULL and ndim 0
@@ -606,9 +611,9 @@ typedef struct tpu_op {
             bool scale_by_freq;     /* EMBEDDING_BACKWARD */
             bool accumulate;        /* ADVANCED_PUT */
             tpu_scalar value;       /* SCATTER_FILL */
-            int32_t n_idx;          /* ADVANCED*: index tensors, 1..TPU_OP_MAX_IN - 1 */
-            int64_t idx_sizes[TPU_OP_MAX_IN - 1];   /* ADVANCED*: the indexed dims' sizes */
-            int64_t idx_strides[TPU_OP_MAX_IN - 1]; /* ADVANCED*: and strides (elements) */
+            int32_t n_idx;          /* ADVANCED*: index tensors, 1..TPU_OP_MAX_INDICES */
+            int64_t idx_sizes[TPU_OP_MAX_INDICES];   /* ADVANCED*: the indexed dims' sizes */
+            int64_t idx_strides[TPU_OP_MAX_INDICES]; /* ADVANCED*: and strides (elements) */
         } index;
         /* INDEX HISTC. */
         struct {
@@ -755,8 +760,10 @@ TPU_API tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nt
 TPU_API tpu_status tpu_op_run(const tpu_op *op, int ith, int nth);
 
 /* Instruction-set levels of the fast kernel variants, lowest first. Every
- * fast path has a portable C variant; AVX2 variants need avx2 and fma.
- * No kernel has an AVX-512 variant yet: that level runs the AVX2 ones. */
+ * fast path has a portable C variant; AVX2 variants need avx2 and fma;
+ * AVX-512 ones (vector math, the GEMM micro-kernel and what runs on it,
+ * attention) need avx512f, bw and vl. A kernel without an AVX-512
+ * variant runs its AVX2 one at that level. */
 typedef enum {
     TPU_ISA_PORTABLE = 0,
     TPU_ISA_AVX2,
