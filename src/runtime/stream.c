@@ -136,11 +136,17 @@ uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
     return atomic_load_explicit(&s->completed_seq, memory_order_acquire);
 }
 
-/* How long a host thread polls for the records it waits for before it
- * sleeps (and gives up the GIL): a small op finishes well within it, and
- * waking a sleeping thread costs tens of microseconds on a VM. CUDA's
- * synchronize spins first too. */
+/* Before a thread sleeps on a condition it polls the counter behind it
+ * for a while: waking a sleeping thread costs tens of microseconds on a
+ * VM, more than a small op takes.
+ *   HOST_SPIN_NS    a host thread waiting for records (before it sleeps
+ *                   and gives up the GIL); CUDA's synchronize spins too
+ *   WORKER_SPIN_NS  an idle worker waiting for the next record: small ops
+ *                   run faster than Python issues them, so without it each
+ *                   submit would pay a futex wake-up and the worker a
+ *                   context switch */
 #define HOST_SPIN_NS 30000
+#define WORKER_SPIN_NS 50000
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -156,18 +162,22 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-
-void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
-    if (tpu_stream_completed_seq(s) >= seq)
-        return;
+/* Polls, unlocked, until *counter >= target (true; acquire, as
+ * tpu_stream_completed_seq) or `ns` have passed (false). */
+static bool poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_t ns) {
     uint64_t start = now_ns();
     for (unsigned i = 1;; i++) {
-        if (tpu_stream_completed_seq(s) >= seq)
-            return;
+        if (atomic_load_explicit(counter, memory_order_acquire) >= target)
+            return true;
         cpu_relax();
-        if (i % 64 == 0 && now_ns() - start > HOST_SPIN_NS)
-            break;
+        if (i % 64 == 0 && now_ns() - start > ns)
+            return false;
     }
+}
+
+void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
+    if (poll_until(&s->completed_seq, seq, HOST_SPIN_NS))
+        return;
     tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
     s->done_waiters++;
@@ -280,26 +290,6 @@ static void entry_unpack(const ring_head *h, entry *e) {
         memcpy(&e->u.a, h + 1, sizeof e->u.a);
 }
 
-/* How long an idle worker polls for the next record before it sleeps.
- * Small ops run faster than Python issues them, so without it the worker
- * would sleep after every op and each submit would pay a futex wake-up
- * (and the worker a context switch): most of a tiny op's cost. */
-#define WORKER_SPIN_NS 50000
-
-/* Polls, unlocked, until a record is queued that has not run or
- * WORKER_SPIN_NS have passed. */
-static void spin_for_work(const tpu_stream *s) {
-    uint64_t start = now_ns();
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) !=
-            atomic_load_explicit(&s->completed_seq, memory_order_relaxed))
-            return;
-        cpu_relax();
-        if (i % 64 == 0 && now_ns() - start > WORKER_SPIN_NS)
-            return;
-    }
-}
-
 static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
     entry e; /* the head entry, unpacked: what runs */
@@ -311,7 +301,10 @@ static void *stream_worker(void *arg) {
             if (!spun) {
                 spun = true;
                 pthread_mutex_unlock(&s->lock);
-                spin_for_work(s);
+                /* Until a record is queued that has not run. */
+                poll_until(&s->submitted_seq,
+                           atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1,
+                           WORKER_SPIN_NS);
                 pthread_mutex_lock(&s->lock);
                 continue;
             }
