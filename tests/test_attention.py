@@ -27,11 +27,8 @@ FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 FUSED = "aten::_scaled_dot_product_fused_attention_overrideable"
 
 
-@pytest.fixture(autouse=True)
-def strict_native():
-    torch.tpu.set_fallback_error(True)
-    yield
-    torch.tpu.set_fallback_error(False)
+# Every test here runs with the CPU fallback turned into an error (conftest).
+pytestmark = pytest.mark.usefixtures("native_only")
 
 
 def randn(*shape, dtype=torch.float32, seed=0, scale=1.0):

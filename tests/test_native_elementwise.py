@@ -10,11 +10,8 @@ TOL = {torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-12, 1e-12),
        torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}
 
 
-@pytest.fixture(autouse=True)
-def strict_native():
-    torch.tpu.set_fallback_error(True)
-    yield
-    torch.tpu.set_fallback_error(False)
+# Every test here runs with the CPU fallback turned into an error (conftest).
+pytestmark = pytest.mark.usefixtures("native_only")
 
 
 def inputs(dtype, shape=(7, 37), seed=0, positive=False, specials=True):

@@ -14,11 +14,8 @@ TOL = {torch.float32: (2e-6, 2e-5), torch.float64: (1e-12, 1e-12),
 FLOATS = [torch.float32, torch.float64, torch.bfloat16]
 
 
-@pytest.fixture(autouse=True)
-def strict_native():
-    torch.tpu.set_fallback_error(True)
-    yield
-    torch.tpu.set_fallback_error(False)
+# Every test here runs with the CPU fallback turned into an error (conftest).
+pytestmark = pytest.mark.usefixtures("native_only")
 
 
 def randn(*shape, dtype=torch.float32, seed=0, scale=1.0):
