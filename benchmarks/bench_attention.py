@@ -9,41 +9,17 @@ faster), forward alone and forward + backward.
 --long adds L = S = 2048 (slow on a small machine). The machine is noisy:
 compare ratios, not absolute times.
 
-PyTorch's OpenMP workers are set to wait passively (OMP_WAIT_POLICY,
-unless the environment says otherwise): by default they spin for a few
-milliseconds after each parallel region, and with the two sides sampled
-in turn that spinning thread takes a core from the tpu sample that
-follows (on a 2-core machine it doubled the tpu's times), while the
-tpu's pool sleeps and costs the CPU sample nothing. Passive waiting does
-not slow the CPU's millisecond-long kernels measurably."""
+
+Timed with suite.interleaved (see suite.py for why PyTorch's OpenMP
+workers wait passively)."""
 import argparse
 import os
 import platform
-import statistics
-import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP
+from suite import interleaved  # first: sets OMP_WAIT_POLICY before torch starts OpenMP
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
-
-def interleaved(cpu_fn, tpu_fn, repeat: int) -> tuple[float, float]:
-    """Median seconds of each, after a warm-up, sampling the two in turn so
-    that a noisy neighbour slows both alike."""
-    cpu_fn()
-    tpu_fn()
-    torch.tpu.synchronize()
-    cpu, tpu = [], []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        cpu_fn()
-        cpu.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        tpu_fn()
-        torch.tpu.synchronize()
-        tpu.append(time.perf_counter() - start)
-    return statistics.median(cpu), statistics.median(tpu)
 
 
 def main() -> None:

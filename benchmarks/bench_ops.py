@@ -4,28 +4,14 @@ backend, in one process. Prints a markdown table of speed ratios
 
     python benchmarks/bench_ops.py [--repeat N]
 
-The machine is noisy: compare ratios, not absolute times."""
+The machine is noisy: compare ratios, not absolute times. Timed with
+suite.interleaved (see suite.py)."""
 import argparse
 import platform
-import statistics
-import time
-from typing import Callable
 
-import torch
+from suite import interleaved  # first: sets OMP_WAIT_POLICY before torch starts OpenMP
 
-
-def timed(fn: Callable[[], object], sync: Callable[[], None], repeat: int) -> float:
-    """Median seconds of fn() over `repeat` runs, after two warm-ups."""
-    for _ in range(2):
-        fn()
-    sync()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+import torch  # noqa: E402
 
 
 def cases():
@@ -80,8 +66,7 @@ def main() -> None:
     for name, make, fn in cases():
         cpu_x, cpu_y = make("cpu")
         tpu_x, tpu_y = make("tpu")
-        t_cpu = timed(lambda: fn(cpu_x, cpu_y), lambda: None, args.repeat)
-        t_tpu = timed(lambda: fn(tpu_x, tpu_y), torch.tpu.synchronize, args.repeat)
+        t_cpu, t_tpu = interleaved(lambda: fn(cpu_x, cpu_y), lambda: fn(tpu_x, tpu_y), args.repeat)
         print(f"| {name} | {t_cpu * 1e3:.2f} | {t_tpu * 1e3:.2f} | {t_cpu / t_tpu:.2f} |")
 
 

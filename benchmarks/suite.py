@@ -14,6 +14,15 @@ is printed and written between the suite's markers in docs/benchmarks.md.
 Default rows are a subset that runs in a few minutes; --full adds the large
 sizes and every LLM shape, --models the model rows. The machine is noisy:
 compare ratios, and rerun before drawing conclusions. A tool, not a test.
+
+PyTorch's OpenMP workers are set to wait passively (OMP_WAIT_POLICY,
+unless the environment says otherwise): by default they spin for a few
+milliseconds after each parallel region, and with the two sides sampled
+in turn that spinning thread takes a core from the tpu sample that follows
+(on a 2-core machine it doubled the tpu's times), while the tpu's pool
+sleeps and costs the CPU sample nothing. Passive waiting does not slow the
+CPU's millisecond-long kernels measurably. bench_ops.py and
+bench_attention.py time with this module's `interleaved` too.
 """
 from __future__ import annotations
 
@@ -28,10 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import torch
-import torch.nn.functional as F
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP
 
-import torch_tpu  # noqa: F401  (registers the device)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import torch_tpu  # noqa: E402,F401  (registers the device)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
@@ -61,29 +72,30 @@ def sync(device: str) -> None:
         torch.tpu.synchronize()
 
 
-def median_time(fn: Callable[[], object], device: str, repeat: int, warmup: int = 2) -> float:
+def interleaved(cpu_fn: Callable[[], object], tpu_fn: Callable[[], object], repeat: int,
+                warmup: int = 2) -> tuple[float, float]:
+    """Median seconds of cpu_fn() and of tpu_fn() (synchronised), after a
+    warm-up, sampling the two in turn so that a noisy spell slows both
+    alike."""
     for _ in range(warmup):
-        fn()
-    sync(device)
-    samples = []
+        cpu_fn()
+        tpu_fn()
+    torch.tpu.synchronize()
+    cpu, tpu = [], []
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
-        sync(device)
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
+        cpu_fn()
+        cpu.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        tpu_fn()
+        torch.tpu.synchronize()
+        tpu.append(time.perf_counter() - start)
+    return statistics.median(cpu), statistics.median(tpu)
 
 
 def side_by_side(make: Callable[[str], Callable[[], object]], repeat: int) -> tuple[float, float]:
-    """Median seconds of make("cpu")() and make("tpu")(), measured in
-    alternating rounds so that a noisy spell hits both."""
-    fns = {d: make(d) for d in ("cpu", "tpu")}
-    times: dict[str, list[float]] = {"cpu": [], "tpu": []}
-    rounds = 3
-    for _ in range(rounds):
-        for d in ("cpu", "tpu"):
-            times[d].append(median_time(fns[d], d, max(1, repeat // rounds)))
-    return statistics.median(times["cpu"]), statistics.median(times["tpu"])
+    """interleaved() of make("cpu") and make("tpu")."""
+    return interleaved(make("cpu"), make("tpu"), repeat)
 
 
 # ---------------------------------------------------------------- machine
