@@ -15,7 +15,7 @@ CFLAGS := -std=c11 -Wall -Wextra -Werror $(OPT) -fvisibility=hidden -pthread -Is
 LDFLAGS := -pthread $(EXTRA_LDFLAGS)
 LDLIBS := -lm
 
-LIB_SRCS := $(wildcard src/runtime/*.c src/kernels/*.c)
+LIB_SRCS := $(wildcard src/runtime/*.c src/kernels/*.c src/fuse/*.c)
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 TEST_SRCS := $(wildcard tests/c/test_*.c)
 TEST_BINS := $(patsubst tests/c/%.c,$(BUILD)/bin/%,$(TEST_SRCS))
@@ -36,7 +36,7 @@ $(LIB): $(LIB_OBJS)
 
 $(BUILD)/bin/%: tests/c/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -Itests/c -Isrc/kernels $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) -MMD -MP -Itests/c -Isrc/kernels -Isrc/fuse $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
 # Runs every test even if one fails, then fails if any did.
 test: all

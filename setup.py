@@ -10,7 +10,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-C_SOURCES = sorted(glob.glob("src/runtime/*.c") + glob.glob("src/kernels/*.c"))
+C_SOURCES = sorted(glob.glob("src/runtime/*.c") + glob.glob("src/kernels/*.c") + glob.glob("src/fuse/*.c"))
 CXX_SOURCES = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
 C_FLAGS = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
 

@@ -110,6 +110,17 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("_reset_fallback_stats", &reset_fallback_stats);
+  m.def("_fusion_stats", []() {
+    tpu_fusion_stats st;
+    tpu_fusion_get_stats(&st);
+    py::dict d;
+    d["groups"] = st.groups;
+    d["fused_records"] = st.fused_records;
+    d["values_not_written"] = st.values_not_written;
+    d["bytes_not_written"] = st.bytes_not_written;
+    return d;
+  });
+  m.def("_reset_fusion_stats", []() { tpu_fusion_reset_stats(); });
   m.def("_set_fallback_error", &set_fallback_error);
   m.def("_get_fallback_error", &fallback_error);
   m.def("_default_generator", [](int64_t index) {

@@ -406,6 +406,34 @@ static void free_block(allocator *a, block *b) {
     }
 }
 
+/* Fused mode: tells the block's stream, in stream order, that what the
+ * block holds is dead from here on, so that a fused group need not write
+ * values nobody can read. Queued before the block can be handed out
+ * again (the caller still owns it), and only for a block no other stream
+ * may still read (no record_stream use pending). Unlocked while queueing:
+ * a full ring makes the caller wait for the worker, which may itself free
+ * memory. */
+static void queue_free_marker(const void *ptr, int chips) {
+    for (int c = 0; c < chips; c++) {
+        allocator *a = &g_alloc[c];
+        pthread_mutex_lock(&a->lock);
+        block *b = live_get(a, ptr);
+        bool pending = false;
+        int index = b ? b->stream : 0;
+        size_t size = b ? b->size : 0;
+        for (int i = 0; b && i < b->n_uses; i++)
+            if (tpu_stream_completed_seq(b->uses[i].stream) < b->uses[i].seq)
+                pending = true;
+        pthread_mutex_unlock(&a->lock);
+        if (!b)
+            continue;
+        tpu_stream *own = tpu_stream_peek(c, index);
+        if (own && !pending)
+            tpu_stream_enqueue_free(own, ptr, size);
+        return;
+    }
+}
+
 tpu_status tpu_mem_free(void *ptr) {
     tpu_status st = tpu_rt_enter();
     if (st != TPU_OK)
@@ -413,6 +441,8 @@ tpu_status tpu_mem_free(void *ptr) {
     if (!ptr)
         return TPU_OK;
     int chips = tpu_rt_chip_count();
+    if (tpu_mode_get() == TPU_MODE_FUSED)
+        queue_free_marker(ptr, chips);
     for (int c = 0; c < chips; c++) {
         allocator *a = &g_alloc[c];
         pthread_mutex_lock(&a->lock);

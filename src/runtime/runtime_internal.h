@@ -129,6 +129,12 @@ tpu_status tpu_stream_enqueue_event_record(tpu_stream *stream, tpu_event *event,
                                            uint64_t *seq);
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *stream, tpu_stream *other, uint64_t seq);
 
+/* Fused mode: queues a marker saying that the host freed the block
+ * [ptr, ptr + nbytes) at this point of the stream, so that the planner
+ * need not write values that die with it (src/fuse). The allocator queues
+ * it before the block can be handed out again. */
+void tpu_stream_enqueue_free(tpu_stream *stream, const void *ptr, uint64_t nbytes);
+
 /* --------------------------------------------------------------- event.c */
 
 /* Called by a stream worker when it reaches a record of generation `gen`:

@@ -43,7 +43,8 @@ typedef enum {
     ENTRY_HOST_FN,
     ENTRY_EVENT_RECORD,
     ENTRY_EVENT_WAIT,
-    ENTRY_PAD, /* only in the ring: the unused end of the buffer */
+    ENTRY_FREE, /* fused mode: the host freed a block here (nothing to run) */
+    ENTRY_PAD,  /* only in the ring: the unused end of the buffer */
 } entry_kind;
 
 /* What an entry other than a record carries. */
@@ -60,6 +61,10 @@ typedef union {
             tpu_stream *stream; /* run once this stream has run record seq */
             uint64_t seq;
         } wait;
+        struct {
+            const void *ptr;
+            uint64_t nbytes;
+        } free;
 } entry_args;
 
 /* An entry as it runs: unpacked from the ring by the worker, or built on
@@ -76,7 +81,8 @@ typedef struct entry {
 /* The head of an entry in the ring; the packed record (ENTRY_OP) or the
  * entry_args follow it. */
 typedef struct {
-    uint32_t kind;   /* entry_kind */
+    uint16_t kind;   /* entry_kind */
+    uint16_t hold;   /* queued in fused mode and fusable: the worker may hold it */
     uint32_t nbytes; /* the whole entry, this head included; a multiple of 16 */
     uint64_t seq;
 } ring_head;
@@ -108,6 +114,13 @@ struct tpu_stream {
     tpu_status error;
     uint64_t error_seq;
     char error_msg[TPU_MSG_MAX];
+    /* Fused mode (see "holding" below). `holding`: the worker sleeps on
+     * held records, so only an entry that ends the run, a threshold or a
+     * flush request wakes it. `flush_seq`: the highest record a host thread
+     * waits for; held records up to it must run now. */
+    _Atomic bool holding;
+    _Atomic uint64_t flush_seq;
+    struct fuse_state *fuse; /* the worker's, made on first use */
 };
 
 /* Streams are created on first use and never destroyed. A slot is written
@@ -175,7 +188,26 @@ static bool poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_
     }
 }
 
+/* Fused mode: asks the worker to run held records up to `seq` now. The
+ * seq_cst pair (flush_seq here, then holding; holding, then flush_seq in
+ * the worker) means that either the worker sees the request before it
+ * sleeps or this thread sees it holding and wakes it, under the lock. */
+static void request_flush(tpu_stream *s, uint64_t seq) {
+    uint64_t cur = atomic_load(&s->flush_seq);
+    while (cur < seq && !atomic_compare_exchange_weak(&s->flush_seq, &cur, seq)) {
+    }
+    if (atomic_load(&s->holding)) {
+        pthread_mutex_lock(&s->lock);
+        if (s->worker_sleeping)
+            pthread_cond_signal(&s->work_cv);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
 void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
+    if (atomic_load_explicit(&s->completed_seq, memory_order_acquire) >= seq)
+        return;
+    request_flush(s, seq);
     if (poll_until(&s->completed_seq, seq, HOST_SPIN_NS))
         return;
     tpu_wait_token token = tpu_rt_wait_begin();
@@ -201,13 +233,19 @@ static void complete_locked(tpu_stream *s, uint64_t seq) {
         pthread_cond_signal(&s->work_cv);
 }
 
+/* Marks every record up to `seq` done (a held run, all run). Under lock. */
+static void complete_upto_locked(tpu_stream *s, uint64_t seq) {
+    atomic_store_explicit(&s->completed_seq, seq, memory_order_release);
+    if (s->done_waiters > 0)
+        pthread_cond_broadcast(&s->done_cv);
+}
+
 /* ---------------------------------------------------------------- errors */
 
 /* "<name> (op #<seq> on tpu:<chip> stream <idx>): <kernel message>", plus
  * the debug-mode hint for errors that surface late. */
-static void format_op_error(char *buf, size_t cap, const tpu_stream *s, const entry *e,
-                            tpu_status st, const char *kernel_msg, bool hint) {
-    const tpu_op *op = &e->u.op;
+static void format_op_error(char *buf, size_t cap, const tpu_stream *s, const tpu_op *op,
+                            uint64_t seq, tpu_status st, const char *kernel_msg, bool hint) {
     const char *name = op->name ? op->name : tpu_op_fn_name(op->code, op->fn);
     if (!kernel_msg[0])
         kernel_msg = tpu_status_str(st);
@@ -215,7 +253,7 @@ static void format_op_error(char *buf, size_t cap, const tpu_stream *s, const en
     int len = (int)strlen(kernel_msg);
     if (hint && len > 0 && kernel_msg[len - 1] == '.')
         len--;
-    snprintf(buf, cap, "%s (op #%" PRIu64 " on tpu:%d stream %d): %.*s%s", name, e->seq, s->chip,
+    snprintf(buf, cap, "%s (op #%" PRIu64 " on tpu:%d stream %d): %.*s%s", name, seq, s->chip,
              s->index, len, kernel_msg, hint ? k_blocking_hint : "");
 }
 
@@ -251,6 +289,8 @@ static tpu_status entry_run(tpu_stream *s, entry *e) {
         return TPU_OK;
     case ENTRY_EVENT_WAIT:
         tpu_stream_wait_seq(e->u.a.wait.stream, e->u.a.wait.seq);
+        return TPU_OK;
+    case ENTRY_FREE: /* only the planner reads it */
         return TPU_OK;
     case ENTRY_PAD:
         break;
@@ -290,8 +330,267 @@ static void entry_unpack(const ring_head *h, entry *e) {
         memcpy(&e->u.a, h + 1, sizeof e->u.a);
 }
 
+/* ----------------------------------------------------------- fused mode */
+
+/* In fused mode an entry queued with `hold` set (a record the planner can
+ * fuse, or a free marker) is not run at once: the worker holds the run of
+ * such entries at the head until it ends (an entry without `hold` is
+ * queued behind it), reaches HOLD_MAX_ENTRIES, a host thread waits for one
+ * of them (flush_seq: every wait goes through tpu_stream_wait_seq), a
+ * submitter waits for room in the ring, or HOLD_NS have passed since the
+ * run started (so that nothing is held for long behind a host that does
+ * other things). Then the planner (src/fuse) cuts the run into groups and
+ * the target runs each group as one pass over memory; a record that joins
+ * no group runs as in strict mode. Deferred work is bounded by the ring,
+ * as in strict mode. */
+#define HOLD_MAX_ENTRIES 512
+#define HOLD_NS 2000000
+
+struct fuse_state {
+    tpu_op ops[HOLD_MAX_ENTRIES];
+    tpu_fuse_entry entries[HOLD_MAX_ENTRIES];
+    uint64_t seqs[HOLD_MAX_ENTRIES];
+    tpu_fuse_plan plan;
+    int n_scratch; /* per-share scratch tiles, made on the first group */
+    void *scratch[TPU_THREADS_MAX];
+};
+
+/* What fused mode did, over every stream (tpu_fusion_get_stats). */
+static _Atomic uint64_t g_fuse_groups, g_fuse_records, g_fuse_values, g_fuse_bytes;
+
+void tpu_fusion_get_stats(tpu_fusion_stats *out) {
+    if (!out)
+        return;
+    out->groups = atomic_load_explicit(&g_fuse_groups, memory_order_relaxed);
+    out->fused_records = atomic_load_explicit(&g_fuse_records, memory_order_relaxed);
+    out->values_not_written = atomic_load_explicit(&g_fuse_values, memory_order_relaxed);
+    out->bytes_not_written = atomic_load_explicit(&g_fuse_bytes, memory_order_relaxed);
+}
+
+void tpu_fusion_reset_stats(void) {
+    atomic_store(&g_fuse_groups, 0);
+    atomic_store(&g_fuse_records, 0);
+    atomic_store(&g_fuse_values, 0);
+    atomic_store(&g_fuse_bytes, 0);
+}
+
+/* TORCH_TPU_FUSE_LOG=1: one line per group on stderr. Read once. */
+static bool fuse_log_on(void) {
+    static atomic_int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("TORCH_TPU_FUSE_LOG");
+        v = e && e[0] && strcmp(e, "0") != 0;
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static void log_group(const tpu_stream *s, const tpu_fuse_plan *p) {
+    char names[256];
+    int len = 0;
+    for (int i = 0; i < p->n_steps && len < (int)sizeof names - 40; i++) {
+        const tpu_op *op = p->steps[i].op;
+        len += snprintf(names + len, sizeof names - (size_t)len, "%s%s", i ? " " : "",
+                        op->name ? op->name : tpu_op_fn_name(op->code, op->fn));
+        if (i + 1 < p->n_steps && len >= (int)sizeof names - 40)
+            len += snprintf(names + len, sizeof names - (size_t)len, " ...");
+    }
+    char shape[160];
+    int sl = snprintf(shape, sizeof shape, "[");
+    for (int d = 0; d < p->ndim && sl < (int)sizeof shape - 24; d++)
+        sl += snprintf(shape + sl, sizeof shape - (size_t)sl, "%s%" PRId64, d ? ", " : "",
+                       p->sizes[d]);
+    snprintf(shape + sl, sizeof shape - (size_t)sl, "]");
+    fprintf(stderr,
+            "tpu fuse: tpu:%d stream %d: %d records over %s (%" PRId64 " tiles): %s; %d values "
+            "not written (%" PRId64 " bytes)\n",
+            s->chip, s->index, p->n_steps, shape, p->n_tiles, names, p->n_elided,
+            p->bytes_elided);
+}
+
+/* The run of held entries at the head, as the worker scans it under lock. */
+typedef struct {
+    int n;            /* entries (pads not counted) */
+    bool ended;       /* an entry without `hold` follows */
+    uint32_t bytes;   /* ring bytes they take, pads included */
+    uint32_t end_off; /* where the entry after them starts */
+} held_run;
+
+static void scan_held_locked(const tpu_stream *s, held_run *r) {
+    uint32_t off = s->head, left = s->used;
+    r->n = 0;
+    r->ended = false;
+    r->bytes = 0;
+    while (left > 0 && r->n < HOLD_MAX_ENTRIES) {
+        const ring_head *h = (const ring_head *)(s->ring + off);
+        if (h->kind == ENTRY_PAD) {
+            left -= h->nbytes;
+            r->bytes += h->nbytes;
+            off = 0;
+            continue;
+        }
+        if (!h->hold) {
+            r->ended = true;
+            break;
+        }
+        r->n++;
+        left -= h->nbytes;
+        r->bytes += h->nbytes;
+        off = (off + h->nbytes) % TPU_STREAM_RING_BYTES;
+    }
+    r->end_off = off;
+}
+
+/* Keeps the first error of a run: its op, number and message. */
+typedef struct {
+    tpu_status st;
+    uint64_t seq;
+    char msg[TPU_MSG_MAX];
+} run_error;
+
+static void note_error(const tpu_stream *s, run_error *err, const tpu_op *op, uint64_t seq,
+                       tpu_status st) {
+    if (st == TPU_OK || err->st != TPU_OK)
+        return;
+    err->st = st;
+    err->seq = seq;
+    format_op_error(err->msg, sizeof err->msg, s, op, seq, st, tpu_last_error_message(), true);
+}
+
+static struct fuse_state *fuse_state_of(tpu_stream *s) {
+    if (!s->fuse)
+        s->fuse = calloc(1, sizeof *s->fuse);
+    return s->fuse;
+}
+
+/* Scratch tiles for every share of the pool, made once; false if the host
+ * has no memory for them (the group's records then run one by one). */
+static bool fuse_scratch(struct fuse_state *f) {
+    if (f->n_scratch > 0)
+        return true;
+    int n = tpu_pool_num_threads();
+    for (int i = 0; i < n; i++) {
+        f->scratch[i] = aligned_alloc(64, (size_t)TPU_FUSE_SCRATCH_BYTES);
+        if (!f->scratch[i]) {
+            while (i-- > 0)
+                free(f->scratch[i]);
+            return false;
+        }
+    }
+    f->n_scratch = n;
+    return true;
+}
+
+/* Runs the held run r (unlocked: the worker alone reads [head, head +
+ * used)), keeping its first error in *err. */
+static void run_held(tpu_stream *s, const held_run *r, run_error *err) {
+    const tpu_target *target = tpu_target_get();
+    struct fuse_state *f = fuse_state_of(s);
+    uint32_t off = s->head;
+    for (int n = 0; n < r->n;) {
+        const ring_head *h = (const ring_head *)(s->ring + off);
+        if (h->kind == ENTRY_PAD) {
+            off = 0;
+            continue;
+        }
+        off = (off + h->nbytes) % TPU_STREAM_RING_BYTES;
+        if (!f) { /* no host memory for planning: one by one */
+            entry e;
+            entry_unpack(h, &e);
+            if (e.kind == ENTRY_OP)
+                note_error(s, err, &e.u.op, e.seq, target->execute(s->chip, &e.u.op));
+            n++;
+            continue;
+        }
+        f->seqs[n] = h->seq;
+        if (h->kind == ENTRY_OP) {
+            tpu_record_unpack(h + 1, &f->ops[n]);
+            f->entries[n] = (tpu_fuse_entry){&f->ops[n], NULL, 0};
+        } else {
+            entry_args a;
+            memcpy(&a, h + 1, sizeof a);
+            f->entries[n] = (tpu_fuse_entry){NULL, a.free.ptr, a.free.nbytes};
+        }
+        n++;
+    }
+    if (!f)
+        return;
+    for (int i = 0; i < r->n;) {
+        tpu_fuse_plan *p = &f->plan;
+        int taken = tpu_fuse_plan_group(&f->entries[i], r->n - i, p);
+        if (p->n_steps >= 2 && fuse_scratch(f)) {
+            int failed = 0;
+            tpu_status st = target->execute_group(s->chip, p, f->scratch, f->n_scratch, &failed);
+            if (st != TPU_OK) {
+                int k = i + p->steps[failed].entry;
+                note_error(s, err, &f->ops[k], f->seqs[k], st);
+            }
+            atomic_fetch_add_explicit(&g_fuse_groups, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&g_fuse_records, (uint64_t)p->n_steps, memory_order_relaxed);
+            atomic_fetch_add_explicit(&g_fuse_values, (uint64_t)p->n_elided, memory_order_relaxed);
+            atomic_fetch_add_explicit(&g_fuse_bytes, (uint64_t)p->bytes_elided,
+                                      memory_order_relaxed);
+            if (fuse_log_on())
+                log_group(s, p);
+        } else {
+            for (int k = i; k < i + taken; k++)
+                if (f->entries[k].op)
+                    note_error(s, err, &f->ops[k], f->seqs[k],
+                               target->execute(s->chip, &f->ops[k]));
+        }
+        i += taken;
+    }
+}
+
+static struct timespec deadline_after(uint64_t start_ns, uint64_t ns) {
+    uint64_t t = start_ns + ns;
+    return (struct timespec){.tv_sec = (time_t)(t / 1000000000u), .tv_nsec = (long)(t % 1000000000u)};
+}
+
+/* The worker's turn when the head entry is held: waits (under lock) until
+ * the run is due, runs it unlocked, then completes it. */
+static void run_held_locked(tpu_stream *s) {
+    uint64_t start = now_ns(), first = head_entry_locked(s)->seq;
+    held_run r;
+    for (;;) {
+        scan_held_locked(s, &r);
+        atomic_store(&s->holding, true); /* before reading flush_seq: see request_flush */
+        if (r.ended || r.n >= HOLD_MAX_ENTRIES || s->space_waiters > 0 ||
+            atomic_load(&s->flush_seq) >= first || now_ns() - start >= HOLD_NS)
+            break;
+        struct timespec until = deadline_after(start, HOLD_NS);
+        s->worker_sleeping = true;
+        pthread_cond_timedwait(&s->work_cv, &s->lock, &until);
+        s->worker_sleeping = false;
+    }
+    atomic_store(&s->holding, false);
+    pthread_mutex_unlock(&s->lock);
+
+    run_error err = {.st = TPU_OK};
+    run_held(s, &r, &err);
+    uint64_t last = first + (uint64_t)r.n - 1; /* entries of a stream are numbered in order */
+
+    pthread_mutex_lock(&s->lock);
+    if (err.st != TPU_OK && s->error == TPU_OK) {
+        s->error = err.st;
+        s->error_seq = err.seq;
+        memcpy(s->error_msg, err.msg, sizeof s->error_msg);
+    }
+    complete_upto_locked(s, last);
+    s->head = r.end_off;
+    s->used -= r.bytes;
+    if (s->space_waiters > 0)
+        pthread_cond_broadcast(&s->space_cv);
+}
+
+/* Set on stream workers: what they free queues no marker (a full ring
+ * would make a worker wait for itself). */
+static _Thread_local bool t_is_worker;
+
 static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
+    t_is_worker = true;
     entry e; /* the head entry, unpacked: what runs */
     pthread_mutex_lock(&s->lock);
     for (;;) {
@@ -315,6 +614,10 @@ static void *stream_worker(void *arg) {
         /* Submitters write only outside [head, head + used), so the head
          * entry can be read unlocked. */
         const ring_head *h = head_entry_locked(s);
+        if (h->hold) {
+            run_held_locked(s);
+            continue;
+        }
         uint32_t nbytes = h->nbytes;
         pthread_mutex_unlock(&s->lock);
 
@@ -325,8 +628,8 @@ static void *stream_worker(void *arg) {
         if (st != TPU_OK && s->error == TPU_OK) { /* keep the first error only */
             s->error = st;
             s->error_seq = e.seq;
-            format_op_error(s->error_msg, sizeof s->error_msg, s, &e, st, tpu_last_error_message(),
-                            true);
+            format_op_error(s->error_msg, sizeof s->error_msg, s, &e.u.op, e.seq, st,
+                            tpu_last_error_message(), true);
         }
         complete_locked(s, e.seq);
         /* Free the entry's bytes; a submitter may be waiting for them. */
@@ -366,7 +669,7 @@ static int64_t find_room_locked(const tpu_stream *s, uint32_t nbytes, bool *pad)
  * makes the caller wait, between the wait hooks, for the worker to free
  * some. */
 static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entry_args *args,
-                    uint64_t *seq) {
+                    bool hold, uint64_t *seq) {
     uint32_t nbytes = (uint32_t)(sizeof(ring_head) + (kind == ENTRY_OP ? tpu_record_packed_size(op)
                                                                        : (sizeof *args + 15) & ~15u));
     pthread_mutex_lock(&s->lock);
@@ -380,6 +683,8 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
         tpu_wait_token token = tpu_rt_wait_begin();
         pthread_mutex_lock(&s->lock);
         s->space_waiters++;
+        if (s->worker_sleeping) /* it may be holding records: they must run */
+            pthread_cond_signal(&s->work_cv);
         while (find_room_locked(s, nbytes, &pad) < 0)
             pthread_cond_wait(&s->space_cv, &s->lock);
         s->space_waiters--;
@@ -393,12 +698,13 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
         /* The bytes left at the end: >= 16, as every entry and the
          * ring's size are multiples of 16. */
         uint32_t tail = s->head + s->used, rest = TPU_STREAM_RING_BYTES - tail;
-        ring_head p = {ENTRY_PAD, rest, 0};
+        ring_head p = {ENTRY_PAD, 0, rest, 0};
         memcpy(s->ring + tail, &p, sizeof p);
         s->used += rest;
     }
     ring_head *h = (ring_head *)(s->ring + at);
-    h->kind = kind;
+    h->kind = (uint16_t)kind;
+    h->hold = hold;
     h->nbytes = nbytes;
     h->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
     if (kind == ENTRY_OP)
@@ -408,8 +714,11 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
     /* Relaxed: see tpu_stream_submitted_seq; the lock orders writers. */
     atomic_store_explicit(&s->submitted_seq, h->seq, memory_order_relaxed);
     s->used += nbytes;
-    /* Only one thread ever waits on work_cv, the worker. */
-    if (s->worker_sleeping)
+    /* Only one thread ever waits on work_cv, the worker. One holding
+     * records is woken only by what ends its run. */
+    if (s->worker_sleeping &&
+        (!hold || !atomic_load_explicit(&s->holding, memory_order_relaxed) ||
+         h->seq - atomic_load_explicit(&s->completed_seq, memory_order_relaxed) >= HOLD_MAX_ENTRIES))
         pthread_cond_signal(&s->work_cv);
     if (seq)
         *seq = h->seq;
@@ -436,7 +745,7 @@ static tpu_status run_inline(tpu_stream *s, entry *e) {
     tpu_status st = entry_run(s, e);
     if (st != TPU_OK && e->kind == ENTRY_OP) {
         char msg[TPU_MSG_MAX];
-        format_op_error(msg, sizeof msg, s, e, st, tpu_last_error_message(), false);
+        format_op_error(msg, sizeof msg, s, &e->u.op, e->seq, st, tpu_last_error_message(), false);
         tpu_set_error(st, "%s", msg);
     }
 
@@ -465,7 +774,12 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
     s->chip = chip;
     s->index = index;
     pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->work_cv, NULL);
+    /* The worker's timed wait (fused mode) counts on the monotonic clock. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->work_cv, &attr);
+    pthread_condattr_destroy(&attr);
     pthread_cond_init(&s->done_cv, NULL);
     pthread_cond_init(&s->space_cv, NULL);
     s->ring = aligned_alloc(64, TPU_STREAM_RING_BYTES);
@@ -614,7 +928,7 @@ tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
         entry e = {.kind = ENTRY_OP, .u.op = *op};
         return run_inline(s, &e);
     }
-    enqueue(s, ENTRY_OP, op, NULL, NULL);
+    enqueue(s, ENTRY_OP, op, NULL, tpu_mode_get() == TPU_MODE_FUSED && tpu_fuse_fusable(op), NULL);
     return TPU_OK;
 }
 
@@ -628,21 +942,28 @@ tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void 
     entry e = {.kind = ENTRY_HOST_FN, .u.a.host = {fn, ctx}};
     if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    enqueue(s, ENTRY_HOST_FN, NULL, &e.u.a, NULL);
+    enqueue(s, ENTRY_HOST_FN, NULL, &e.u.a, false, NULL);
     return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_record(tpu_stream *s, tpu_event *event, uint64_t gen,
                                            uint64_t *seq) {
     entry_args a = {.record = {event, gen}};
-    enqueue(s, ENTRY_EVENT_RECORD, NULL, &a, seq);
+    enqueue(s, ENTRY_EVENT_RECORD, NULL, &a, false, seq);
     return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *s, tpu_stream *other, uint64_t seq) {
     entry_args a = {.wait = {other, seq}};
-    enqueue(s, ENTRY_EVENT_WAIT, NULL, &a, NULL);
+    enqueue(s, ENTRY_EVENT_WAIT, NULL, &a, false, NULL);
     return TPU_OK;
+}
+
+void tpu_stream_enqueue_free(tpu_stream *s, const void *ptr, uint64_t nbytes) {
+    if (t_is_worker)
+        return;
+    entry_args a = {.free = {ptr, nbytes}};
+    enqueue(s, ENTRY_FREE, NULL, &a, true, NULL);
 }
 
 /* ------------------------------------------------------ synchronisation */
@@ -666,6 +987,8 @@ tpu_status tpu_stream_query(tpu_stream *s, bool *done) {
                              s ? "done" : "stream");
     uint64_t submitted = tpu_stream_submitted_seq(s);
     *done = tpu_stream_completed_seq(s) >= submitted;
+    if (!*done) /* held records must make progress for a caller that polls */
+        request_flush(s, submitted);
     return TPU_OK;
 }
 

@@ -4,7 +4,7 @@
  * table of functions only. Today there is one target, the host target
  * (target_host.c): the virtual TPU, whose memory is host memory and whose
  * kernels run on the host's cores. A real accelerator (e.g. through the
- * PJRT C API) would implement the same five functions.
+ * PJRT C API) would implement the same functions.
  *
  * Contract shared by every function: `chip` is a valid chip index of this
  * process; the runtime serialises nothing on the target's behalf except
@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "../fuse/fuse.h"
 #include "runtime_internal.h"
 #include "tpu/op.h"
 #include "tpu/runtime.h"
@@ -48,6 +49,15 @@ typedef struct {
      * memory; the host target reads it directly, a real target moves those
      * bytes with its DMA engine. */
     tpu_status (*execute)(int chip, const tpu_op *op);
+
+    /* Executes a planned fusion group (fuse.h) to completion: every step
+     * over every tile, each tile's steps in order. scratch[i] is the
+     * scratch of share i (n_scratch of them, TPU_FUSE_SCRATCH_BYTES each,
+     * owned by the calling stream). On a kernel error *failed is the
+     * lowest failing step and the thread's message explains it. Called as
+     * execute is. A real target would compile the group into one kernel. */
+    tpu_status (*execute_group)(int chip, const tpu_fuse_plan *plan, void *const *scratch,
+                                int n_scratch, int *failed);
 } tpu_target;
 
 /* The target this process runs on. */

@@ -78,6 +78,59 @@ static tpu_status host_execute(int chip, const tpu_op *op) {
     return TPU_OK;
 }
 
+/* A fusion group, as the pool's function type wants it: share ith runs
+ * its contiguous range of tiles and keeps its own first failure. */
+typedef struct {
+    const tpu_fuse_plan *plan;
+    void *const *scratch;
+    int failed[TPU_THREADS_MAX];
+    tpu_status status[TPU_THREADS_MAX];
+    char msg[4][TPU_MSG_MAX]; /* messages of the first shares; a later one reads generic */
+} group_ctx;
+
+static tpu_status run_group_share(void *ctx, int ith, int nth) {
+    group_ctx *g = ctx;
+    int64_t n = g->plan->n_tiles;
+    int failed = g->plan->n_steps;
+    tpu_status st = tpu_fuse_run_tiles(g->plan, g->scratch[ith], n * ith / nth,
+                                       n * (ith + 1) / nth, &failed);
+    g->failed[ith] = failed;
+    g->status[ith] = st;
+    if (st != TPU_OK && ith < 4)
+        snprintf(g->msg[ith], TPU_MSG_MAX, "%s", tpu_last_error_message());
+    return TPU_OK; /* the caller picks the lowest failing step, not the lowest share */
+}
+
+/* Tiles are independent, so shares split them; a group worth less than
+ * about 64K element-steps runs on one thread. */
+static tpu_status host_execute_group(int chip, const tpu_fuse_plan *plan, void *const *scratch,
+                                     int n_scratch, int *failed) {
+    (void)chip;
+    static _Thread_local group_ctx g; /* 40 KiB: per stream worker, not on its stack */
+    g.plan = plan;
+    g.scratch = scratch;
+    int64_t work = plan->numel * plan->n_steps;
+    int nth = work < 65536 ? 1 : n_scratch;
+    if (nth > plan->n_tiles)
+        nth = (int)plan->n_tiles;
+    if (nth < 1)
+        nth = 1;
+    for (int i = 0; i < nth; i++)
+        g.status[i] = TPU_OK;
+    if (nth == 1)
+        run_group_share(&g, 0, 1);
+    else
+        tpu_pool_run(run_group_share, &g, nth);
+    int best = -1;
+    for (int i = 0; i < nth; i++)
+        if (g.status[i] != TPU_OK && (best < 0 || g.failed[i] < g.failed[best]))
+            best = i;
+    if (best < 0)
+        return TPU_OK;
+    *failed = g.failed[best];
+    return tpu_set_error(g.status[best], "%s", best < 4 ? g.msg[best] : tpu_status_str(g.status[best]));
+}
+
 static const tpu_target k_host_target = {
     .name = "host",
     .open = host_open,
@@ -85,6 +138,7 @@ static const tpu_target k_host_target = {
     .mem_alloc = host_mem_alloc,
     .mem_free = host_mem_free,
     .execute = host_execute,
+    .execute_group = host_execute_group,
 };
 
 const tpu_target *tpu_target_get(void) {

@@ -30,10 +30,12 @@ from torch_tpu.tpu.memory import (
 )
 from torch_tpu.tpu.modes import (
     fallback_stats,
+    fusion_stats,
     get_fallback_error,
     get_mode,
     mode,
     reset_fallback_stats,
+    reset_fusion_stats,
     set_fallback_error,
     set_mode,
 )
@@ -61,13 +63,13 @@ from torch_tpu.tpu.streams import (
 
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
-    "default_stream", "device", "device_count", "device_of", "empty_cache", "fallback_stats",
+    "default_stream", "device", "device_count", "device_of", "empty_cache", "fallback_stats", "fusion_stats",
     "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties",
     "get_fallback_error", "get_mode", "get_rng_state", "get_rng_state_all", "initial_seed",
     "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
     "memory_reserved", "memory_stats", "mode", "reset_accumulated_memory_stats",
-    "reset_fallback_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
+    "reset_fallback_stats", "reset_fusion_stats", "reset_peak_memory_stats", "seed", "seed_all", "set_device",
     "set_fallback_error", "set_mode", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
     "synchronize",
 ]

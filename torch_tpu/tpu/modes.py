@@ -3,8 +3,10 @@
 - ``strict`` (default): ops queue on streams; the host waits at sync points.
 - ``debug`` (``TPU_LAUNCH_BLOCKING=1``): every op runs before its call
   returns, so a kernel error is raised at the op that caused it.
-- ``fused`` (``TORCH_TPU_DEFER_AND_FUSE=1``): accepted, and runs exactly as
-  strict until the fusion planner lands.
+- ``fused`` (``TORCH_TPU_DEFER_AND_FUSE=1``): strict, plus fusion: chains
+  of element-wise ops run as one pass over memory in cache-sized tiles, and
+  values freed before anyone else reads them are never written. Same
+  results as strict, bit for bit. ``TORCH_TPU_FUSE_LOG=1`` prints each group.
 """
 import contextlib
 from typing import Iterator
@@ -41,6 +43,18 @@ def fallback_stats() -> dict[str, int]:
 
 def reset_fallback_stats() -> None:
     _C._reset_fallback_stats()
+
+
+def fusion_stats() -> dict[str, int]:
+    """What fused mode did since the last reset, over every chip and stream:
+    ``groups`` (of two or more records run as one pass), ``fused_records``
+    (records in them), ``values_not_written`` and ``bytes_not_written``
+    (intermediates kept in cache instead of device memory)."""
+    return dict(_C._fusion_stats())
+
+
+def reset_fusion_stats() -> None:
+    _C._reset_fusion_stats()
 
 
 def set_fallback_error(enabled: bool) -> None:

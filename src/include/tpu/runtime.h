@@ -217,6 +217,20 @@ TPU_API tpu_status tpu_mode_set(tpu_mode mode);
 TPU_API tpu_mode tpu_mode_get(void);
 TPU_API const char *tpu_mode_name(tpu_mode mode);
 
+/* What fused mode did since the process started (or the last reset):
+ * groups of two or more records run as one pass, the records in them,
+ * values kept in scratch tiles instead of memory and their bytes. Counted
+ * over every chip and stream. */
+typedef struct {
+    uint64_t groups;
+    uint64_t fused_records;
+    uint64_t values_not_written;
+    uint64_t bytes_not_written;
+} tpu_fusion_stats;
+
+TPU_API void tpu_fusion_get_stats(tpu_fusion_stats *out);
+TPU_API void tpu_fusion_reset_stats(void);
+
 /* --------------------------------------------------------- blocking waits */
 
 /* Installs hooks called around every blocking wait of a host thread in the

@@ -1,0 +1,122 @@
+/* The fused-eager planner: groups of element-wise records run as one pass
+ * over memory.
+ *
+ * In fused mode a stream holds the element-wise records it is given (and
+ * the allocator's "this block is dead" markers) until a sync point, a
+ * threshold or a record it cannot fuse; then tpu_fuse_plan_group cuts the
+ * held run into groups and the target runs each group tile by tile: for
+ * one tile (a cache-sized block of the elements) every record of the group
+ * runs in order, then the next tile. Data stays in cache between records,
+ * and a value that dies inside the group (its block freed by the host, or
+ * overwritten by a later record of the group, before anyone outside the
+ * group could read it) is kept in a per-thread scratch tile and never
+ * written to memory.
+ *
+ * Why this gives the same bits as strict mode: each record is the same
+ * kernel on the same elements, only cut into tiles (as the thread pool
+ * already cuts it), and the planner admits a record only if running the
+ * group tile by tile cannot change what any record reads. Two views in a
+ * group that share a byte, one of them written, must be the very same
+ * view (data, dtype and address of every element), so every byte is
+ * touched at the same tile index by every record that touches it.
+ *
+ * Everything here is a pure function of the records: no locks, no
+ * threads, no allocation. The stream (runtime/stream.c) decides when to
+ * plan; the target (runtime/target_host.c) runs the tiles on its pool. */
+#ifndef TPU_FUSE_H
+#define TPU_FUSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tpu/op.h"
+
+/* Limits of one group; a run longer than this is cut into several. */
+#define TPU_FUSE_MAX_OPS 128   /* records */
+#define TPU_FUSE_MAX_VIEWS 64  /* distinct tensor views */
+#define TPU_FUSE_MAX_SLOTS 8   /* scratch tiles per thread (values never written) */
+#define TPU_FUSE_MAX_OPERANDS 4 /* out and up to 3 inputs of an element-wise record */
+/* Elements of one tile, at most: with TPU_FUSE_MAX_SLOTS of them, each of
+ * up to 8 bytes, a thread's scratch is 1 MiB. */
+#define TPU_FUSE_TILE_MAX 16384
+
+/* An entry of a held run as the planner sees it: a record, or a marker
+ * saying that the host freed the block [free_ptr, free_ptr + free_nbytes)
+ * at this point of the stream (nothing after it may read what it held). */
+typedef struct {
+    const tpu_op *op; /* NULL for a free marker */
+    const void *free_ptr;
+    uint64_t free_nbytes;
+} tpu_fuse_entry;
+
+/* A view of a group, with its strides over the group's shape. */
+typedef struct {
+    char *data;
+    tpu_dtype dtype;
+    int32_t elem_size;
+    uintptr_t lo, hi;               /* bytes it touches: [lo, hi) */
+    int32_t cdims;                  /* its canonical form: dims merged, size-1 dims dropped */
+    int64_t csizes[TPU_MAX_DIMS], cstrides[TPU_MAX_DIMS];
+    int64_t gstrides[TPU_MAX_DIMS]; /* strides (elements) over the group's dims */
+    bool written;
+} tpu_fuse_view;
+
+/* One record of a group: which view each operand is (k = 0 is out, k = 1
+ * .. n_in the inputs), and where its tile lives: slot[k] >= 0 is that
+ * scratch tile of the running thread, -1 is the view's memory. */
+typedef struct {
+    const tpu_op *op;
+    int32_t entry;                  /* its index in the planned entries */
+    int32_t n_operands;
+    int32_t view[TPU_FUSE_MAX_OPERANDS];
+    int32_t slot[TPU_FUSE_MAX_OPERANDS];
+} tpu_fuse_step;
+
+/* A group ready to run. */
+typedef struct {
+    int32_t n_steps;
+    tpu_fuse_step steps[TPU_FUSE_MAX_OPS];
+    int32_t n_views;
+    tpu_fuse_view views[TPU_FUSE_MAX_VIEWS];
+    int32_t n_slots;                /* scratch tiles used (<= TPU_FUSE_MAX_SLOTS) */
+    /* The group's shape: every record's elements, row-major, refined so
+     * that each view is a strided tensor over it. */
+    int32_t ndim;
+    int64_t sizes[TPU_MAX_DIMS];
+    int64_t numel;
+    /* Tiling: a tile is one index of each dim before tile_dim and a block
+     * of tile_block indices of tile_dim (the last block may be shorter),
+     * with all the dims after it. */
+    int32_t tile_dim;
+    int64_t tile_block, tile_elems, n_tiles;
+    /* What the group saves: values kept in scratch instead of memory. */
+    int32_t n_elided;
+    int64_t bytes_elided;
+} tpu_fuse_plan;
+
+/* Whether a checked record may join a group: the element-wise families
+ * (UNARY, BINARY, TERNARY), plain device copies and constant fills, with
+ * one phase, no scratch, at most 3 inputs and at least one element. The
+ * stream asks at enqueue time; only such records are ever held. */
+bool tpu_fuse_fusable(const tpu_op *op);
+
+/* Plans the group that starts at entries[0] (a run of n >= 1 entries,
+ * records that tpu_fuse_fusable accepts and free markers): takes entries
+ * while the group stays safe and within the limits above, and returns how
+ * many it took (>= 1). plan->n_steps is the number of records among them;
+ * with fewer than 2 the caller runs the record (if any) on its own and the
+ * plan's other fields are unspecified. */
+int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *plan);
+
+/* Runs tiles [t0, t1) of a planned group on the calling thread. `scratch`
+ * is this thread's TPU_FUSE_MAX_SLOTS tiles of TPU_FUSE_TILE_MAX * 8
+ * bytes each. On a kernel error the lowest failing step is in *failed
+ * (else it is left alone) and its status returned; the tiles still all
+ * run, so later steps see what strict mode would have left. */
+tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *plan, void *scratch, int64_t t0, int64_t t1,
+                              int *failed);
+
+/* Bytes of scratch one thread needs to run any group. */
+#define TPU_FUSE_SCRATCH_BYTES ((int64_t)TPU_FUSE_MAX_SLOTS * TPU_FUSE_TILE_MAX * 8)
+
+#endif

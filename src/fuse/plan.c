@@ -1,0 +1,368 @@
+/* Forming groups: which held records run together, where each operand's
+ * tile lives, and how the group's elements are cut into tiles. See
+ * fuse.h for why a group gives strict mode's bits. */
+#include <stdint.h>
+#include <string.h>
+
+#include "fuse.h"
+
+bool tpu_fuse_fusable(const tpu_op *op) {
+    switch (op->code) {
+    case TPU_OP_UNARY:
+    case TPU_OP_BINARY:
+    case TPU_OP_TERNARY:
+        break;
+    case TPU_OP_COPY: /* TRIL and TRIU read the element's position */
+        if (op->fn != TPU_COPY_PLAIN)
+            return false;
+        break;
+    case TPU_OP_FILL: /* ARANGE reads the element's position */
+        if (op->fn != TPU_FILL_CONSTANT)
+            return false;
+        break;
+    default:
+        return false;
+    }
+    if (op->n_aux != 0 || op->n_in > TPU_FUSE_MAX_OPERANDS - 1 || op->scratch_nbytes != 0 ||
+        tpu_op_phases(op) != 1 || op->out.data == NULL)
+        return false;
+    for (int d = 0; d < op->out.ndim; d++)
+        if (op->out.sizes[d] == 0)
+            return false;
+    return true;
+}
+
+/* ------------------------------------------------------------ views */
+
+/* The canonical form of a view: size-1 dims dropped and every pair of
+ * adjacent dims merged where the outer stride is the inner's stride times
+ * its size. Two views with the same data and dtype address the same bytes
+ * for every row-major element index exactly when their canonical forms are
+ * equal. */
+static void canonicalize(const tpu_tensor *t, tpu_fuse_view *v) {
+    int n = 0;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t size = t->sizes[d], stride = t->strides[d];
+        if (size == 1)
+            continue;
+        if (n > 0 && v->cstrides[n - 1] == stride * size) {
+            v->csizes[n - 1] *= size;
+            v->cstrides[n - 1] = stride;
+        } else {
+            v->csizes[n] = size;
+            v->cstrides[n] = stride;
+            n++;
+        }
+    }
+    v->cdims = n;
+}
+
+static void describe(const tpu_tensor *t, tpu_fuse_view *v) {
+    memset(v, 0, sizeof *v);
+    v->data = t->data;
+    v->dtype = t->dtype;
+    v->elem_size = (int32_t)tpu_dtype_size(t->dtype);
+    canonicalize(t, v);
+    intptr_t lo = 0, hi = 0;
+    for (int d = 0; d < v->cdims; d++) {
+        intptr_t span = (intptr_t)((v->csizes[d] - 1) * v->cstrides[d] * v->elem_size);
+        if (span < 0)
+            lo += span;
+        else
+            hi += span;
+    }
+    v->lo = (uintptr_t)v->data + (uintptr_t)lo;
+    v->hi = (uintptr_t)v->data + (uintptr_t)hi + (uintptr_t)v->elem_size;
+}
+
+static bool same_view(const tpu_fuse_view *a, const tpu_fuse_view *b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->cdims != b->cdims)
+        return false;
+    for (int d = 0; d < a->cdims; d++)
+        if (a->csizes[d] != b->csizes[d] || a->cstrides[d] != b->cstrides[d])
+            return false;
+    return true;
+}
+
+static bool overlap(const tpu_fuse_view *a, const tpu_fuse_view *b) {
+    return a->lo < b->hi && b->lo < a->hi;
+}
+
+/* ------------------------------------------------------------ shape */
+
+/* A shape as its boundaries: the products of its trailing sizes, from the
+ * innermost dim out (the last is numel). Two shapes of the same numel have
+ * a common refinement when their boundaries, merged, each divide the
+ * next; its sizes are the ratios. */
+typedef struct {
+    int n;
+    int64_t b[TPU_MAX_DIMS + 1];
+} boundaries;
+
+static void boundaries_of(const int64_t *sizes, int ndim, boundaries *out) {
+    int64_t p = 1;
+    out->n = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        p *= sizes[d];
+        out->b[out->n++] = p;
+    }
+}
+
+/* Merges y into x (both ascending); false if the result is no refinement
+ * or has more than TPU_MAX_DIMS dims. */
+static bool refine(boundaries *x, const boundaries *y) {
+    int64_t m[2 * (TPU_MAX_DIMS + 1)];
+    int n = 0, i = 0, j = 0;
+    while (i < x->n || j < y->n) {
+        int64_t v;
+        if (j >= y->n || (i < x->n && x->b[i] < y->b[j]))
+            v = x->b[i++];
+        else if (i >= x->n || y->b[j] < x->b[i])
+            v = y->b[j++];
+        else
+            v = x->b[i++], j++;
+        int64_t prev = n ? m[n - 1] : 1;
+        if (v % prev != 0)
+            return false;
+        if (v != prev)
+            m[n++] = v;
+    }
+    if (n > TPU_MAX_DIMS)
+        return false;
+    memcpy(x->b, m, (size_t)n * sizeof m[0]);
+    x->n = n;
+    return true;
+}
+
+/* The strides of view v over the group's dims (sizes, ndim): each of its
+ * canonical dims covers consecutive group dims whose sizes multiply to its
+ * size. */
+static void group_strides(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
+    int c = v->cdims - 1;
+    int64_t p = 1; /* product of the group dims taken so far of canonical dim c */
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (c < 0) { /* the view has only size-1 dims left: any stride does */
+            v->gstrides[d] = 0;
+            continue;
+        }
+        v->gstrides[d] = v->cstrides[c] * p;
+        p *= sizes[d];
+        if (p == v->csizes[c]) {
+            c--;
+            p = 1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ planning */
+
+static const tpu_tensor *operand(const tpu_op *op, int k) {
+    return k == 0 ? &op->out : &op->in[k - 1];
+}
+
+static int64_t numel_of(const tpu_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->sizes[d];
+    return n;
+}
+
+/* Tries to add record `op` as the next step: true (and the step filled,
+ * views added) when it keeps the group safe, else false and the plan
+ * unchanged. */
+static bool add_step(tpu_fuse_plan *p, boundaries *shape, const tpu_op *op, int entry) {
+    if (p->n_steps == TPU_FUSE_MAX_OPS)
+        return false;
+    int64_t numel = numel_of(&op->out);
+    if (p->n_steps > 0 && numel != p->numel)
+        return false;
+    int n_operands = 1 + op->n_in;
+    tpu_fuse_view nv[TPU_FUSE_MAX_OPERANDS];
+    int idx[TPU_FUSE_MAX_OPERANDS], n_new = 0;
+    boundaries merged = *shape;
+    for (int k = 0; k < n_operands; k++) {
+        describe(operand(op, k), &nv[k]);
+        boundaries b;
+        boundaries_of(nv[k].csizes, nv[k].cdims, &b);
+        if (!refine(&merged, &b))
+            return false;
+        /* Find it among the group's views; any other overlapping view is
+         * a conflict if either side is written (out is written). */
+        idx[k] = -1;
+        for (int v = 0; v < p->n_views; v++) {
+            if (!overlap(&nv[k], &p->views[v]))
+                continue;
+            if (same_view(&nv[k], &p->views[v]))
+                idx[k] = v;
+            else if (k == 0 || p->views[v].written)
+                return false;
+        }
+        /* An operand equal to an earlier operand of this record that is
+         * new to the group (a + a) shares its view. */
+        for (int j = 0; j < k && idx[k] < 0; j++)
+            if (idx[j] <= -2 && same_view(&nv[k], &nv[j]))
+                idx[k] = idx[j];
+        if (idx[k] == -1) {
+            if (p->n_views + n_new == TPU_FUSE_MAX_VIEWS)
+                return false;
+            idx[k] = -2 - n_new++; /* new: placed below once the record is taken */
+        }
+    }
+    /* Taken: add the new views and the step. */
+    int base = p->n_views;
+    for (int k = 0; k < n_operands; k++)
+        if (idx[k] <= -2) {
+            int slot = base + (-2 - idx[k]);
+            if (slot == p->n_views)
+                p->views[p->n_views++] = nv[k];
+        }
+    tpu_fuse_step *s = &p->steps[p->n_steps++];
+    s->op = op;
+    s->entry = entry;
+    s->n_operands = n_operands;
+    for (int k = 0; k < n_operands; k++) {
+        s->view[k] = idx[k] <= -2 ? base + (-2 - idx[k]) : idx[k];
+        s->slot[k] = -1;
+    }
+    p->views[s->view[0]].written = true;
+    p->numel = numel;
+    *shape = merged;
+    return true;
+}
+
+/* Whether entry e (a free marker) kills view v: v lies in the freed block. */
+static bool marker_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
+    uintptr_t lo = (uintptr_t)e->free_ptr, hi = lo + (uintptr_t)e->free_nbytes;
+    return v->lo >= lo && v->hi <= hi;
+}
+
+/* Whether the value step i writes dies inside the group: a later step
+ * writes the same view, or a marker frees its block, before the group
+ * ends (entries [0, n_entries)). Readers in between are all in the group. */
+static bool dies_inside(const tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries,
+                        int i) {
+    int v = p->steps[i].view[0];
+    int next_step = i + 1;
+    for (int e = p->steps[i].entry + 1; e < n_entries; e++) {
+        if (entries[e].op == NULL) {
+            if (marker_kills(&entries[e], &p->views[v]))
+                return true;
+            continue;
+        }
+        /* entries[e] is step next_step */
+        if (p->steps[next_step].view[0] == v)
+            return true;
+        next_step++;
+    }
+    return false;
+}
+
+/* Gives each value that dies inside the group a scratch slot while one is
+ * free, walking the entries in order: inputs read the slot their view's
+ * value is in; a value's slot is free again once the value is dead. */
+static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries) {
+    int32_t cur[TPU_FUSE_MAX_VIEWS];
+    bool busy[TPU_FUSE_MAX_SLOTS] = {false};
+    for (int v = 0; v < p->n_views; v++)
+        cur[v] = -1;
+    p->n_slots = 0;
+    p->n_elided = 0;
+    p->bytes_elided = 0;
+    int i = 0;
+    for (int e = 0; e < n_entries; e++) {
+        if (entries[e].op == NULL) {
+            for (int v = 0; v < p->n_views; v++)
+                if (cur[v] >= 0 && marker_kills(&entries[e], &p->views[v])) {
+                    busy[cur[v]] = false;
+                    cur[v] = -1;
+                }
+            continue;
+        }
+        tpu_fuse_step *s = &p->steps[i];
+        for (int k = 1; k < s->n_operands; k++)
+            s->slot[k] = cur[s->view[k]];
+        int v = s->view[0], old = cur[v], slot = -1;
+        if (dies_inside(p, entries, n_entries, i))
+            for (int c = 0; c < TPU_FUSE_MAX_SLOTS && slot < 0; c++)
+                if (!busy[c])
+                    slot = c;
+        if (slot >= 0) {
+            busy[slot] = true;
+            if (slot + 1 > p->n_slots)
+                p->n_slots = slot + 1;
+            p->n_elided++;
+            p->bytes_elided += p->numel * p->views[v].elem_size;
+        }
+        s->slot[0] = slot;
+        cur[v] = slot;
+        if (old >= 0)
+            busy[old] = false;
+        i++;
+    }
+}
+
+/* Cuts the group's elements into tiles of about the cache's size. */
+static void plan_tiles(tpu_fuse_plan *p) {
+    int64_t bytes_per_elem = 8 * p->n_slots;
+    for (int v = 0; v < p->n_views; v++)
+        bytes_per_elem += p->views[v].elem_size;
+    int64_t target = (256 * 1024) / (bytes_per_elem > 0 ? bytes_per_elem : 1);
+    if (target < 256)
+        target = 256;
+    if (target > TPU_FUSE_TILE_MAX)
+        target = TPU_FUSE_TILE_MAX;
+    /* The outermost dim whose trailing dims fit in a tile. */
+    int d = 0;
+    int64_t inner = p->numel;
+    while (d < p->ndim - 1 && inner / p->sizes[d] > target) {
+        inner /= p->sizes[d];
+        d++;
+    }
+    inner /= p->sizes[d]; /* elements of the dims after d */
+    int64_t block = inner >= target ? 1 : target / inner;
+    if (block > p->sizes[d])
+        block = p->sizes[d];
+    int64_t outer = 1;
+    for (int k = 0; k < d; k++)
+        outer *= p->sizes[k];
+    p->tile_dim = d;
+    p->tile_block = block;
+    p->tile_elems = block * inner;
+    p->n_tiles = outer * ((p->sizes[d] + block - 1) / block);
+}
+
+int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) {
+    p->n_steps = 0;
+    p->n_views = 0;
+    p->numel = 0;
+    boundaries shape = {0, {0}};
+    int taken = 0;
+    while (taken < n) {
+        const tpu_fuse_entry *e = &entries[taken];
+        if (e->op != NULL && !add_step(p, &shape, e->op, taken))
+            break;
+        taken++;
+    }
+    if (taken == 0)
+        return 1; /* a lone record that fits nowhere: the caller runs it */
+    /* Trailing markers kill values too; they stay in the group. */
+    if (p->n_steps < 2)
+        return taken;
+    /* The group's dims, outermost first, from the boundaries. */
+    if (shape.n == 0) { /* one element */
+        p->ndim = 1;
+        p->sizes[0] = 1;
+    } else {
+        p->ndim = shape.n;
+        int64_t prev = 1;
+        for (int k = 0; k < shape.n; k++) {
+            p->sizes[shape.n - 1 - k] = shape.b[k] / prev;
+            prev = shape.b[k];
+        }
+    }
+    for (int v = 0; v < p->n_views; v++)
+        group_strides(&p->views[v], p->sizes, p->ndim);
+    assign_slots(p, entries, taken);
+    plan_tiles(p);
+    return taken;
+}
