@@ -12,7 +12,31 @@ os.environ.setdefault("TORCH_TPU_CHIPS", "2")
 import pytest  # noqa: E402
 import torch  # noqa: E402  (autoloads torch_tpu)
 
-MODES = ["strict", "debug"]
+MODES = ["strict", "debug", "fused"]
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tpu-mode", default="strict", choices=["strict", "fused"],
+                     help="the execution mode every test starts in (CI runs the suite in both); "
+                          "subprocesses inherit it through TORCH_TPU_DEFER_AND_FUSE")
+
+
+def pytest_configure(config):
+    global SESSION_MODE
+    SESSION_MODE = config.getoption("--tpu-mode")
+    os.environ["TORCH_TPU_DEFER_AND_FUSE"] = "1" if SESSION_MODE == "fused" else "0"
+    torch.tpu.set_mode(SESSION_MODE)
+
+
+SESSION_MODE = "strict"
+
+
+@pytest.fixture(autouse=True)
+def _session_mode():
+    """Every test starts in the session's mode, whatever the last one left."""
+    if torch.tpu.get_mode() != SESSION_MODE:
+        torch.tpu.set_mode(SESSION_MODE)
+    yield
 
 
 @pytest.fixture(params=MODES)

@@ -2,26 +2,29 @@
 import pytest
 import torch
 
+import conftest
 from conftest import run_python
 
 
 def test_set_get_and_context_manager():
-    assert torch.tpu.get_mode() == "strict"
+    start = conftest.SESSION_MODE
+    assert torch.tpu.get_mode() == start
     with torch.tpu.mode("debug"):
         assert torch.tpu.get_mode() == "debug"
-    assert torch.tpu.get_mode() == "strict"
+    assert torch.tpu.get_mode() == start
     torch.tpu.set_mode("fused")
     try:
         assert torch.tpu.get_mode() == "fused"
         assert (torch.ones(3, device="tpu") * 2).sum().item() == 6
     finally:
-        torch.tpu.set_mode("strict")
+        torch.tpu.set_mode(start)
     with pytest.raises(ValueError, match="unknown mode"):
         torch.tpu.set_mode("eager")
 
 
 @pytest.mark.parametrize("env,expected", [({"TPU_LAUNCH_BLOCKING": "1"}, "debug"),
-                                          ({"TORCH_TPU_DEFER_AND_FUSE": "1"}, "fused"), ({}, "strict")])
+                                          ({"TORCH_TPU_DEFER_AND_FUSE": "1"}, "fused"),
+                                          ({"TORCH_TPU_DEFER_AND_FUSE": "0"}, "strict")])
 def test_mode_from_environment(env, expected):
     r = run_python("import torch; print(torch.tpu.get_mode())", env)
     assert r.stdout.strip() == expected, r.stderr

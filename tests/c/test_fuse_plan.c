@@ -1,0 +1,394 @@
+/* The fused-eager planner (src/fuse): which groups it forms for given
+ * record sequences, which values it keeps out of memory, its limits, and
+ * that running its groups tile by tile leaves memory exactly as running
+ * the records one by one does. Then the same through a stream in fused
+ * mode: held records run at sync points, errors name the user's op. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fuse.h"
+#include "runtime_test.h"
+#include "tpu/dtype.h"
+#include "tpu/op.h"
+#include "tpu/runtime.h"
+
+/* A 2-d view of `base` (its storage: nbytes) at element offset `off`. */
+static tpu_tensor view2(void *base, int64_t nbytes, tpu_dtype dt, int64_t off, int64_t r,
+                        int64_t c, int64_t s0, int64_t s1) {
+    tpu_tensor t;
+    memset(&t, 0, sizeof t);
+    t.data = (char *)base + off * (int64_t)tpu_dtype_size(dt);
+    t.ndim = 2;
+    t.sizes[0] = r;
+    t.sizes[1] = c;
+    t.strides[0] = s0;
+    t.strides[1] = s1;
+    t.dtype = dt;
+    t.storage = base;
+    t.storage_nbytes = nbytes;
+    return t;
+}
+
+static tpu_op binary(int fn, tpu_tensor out, tpu_tensor a, tpu_tensor b) {
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_BINARY;
+    op.fn = fn;
+    op.n_in = 2;
+    op.out = out;
+    op.in[0] = a;
+    op.in[1] = b;
+    op.p.ew.common = out.dtype == TPU_DTYPE_BF16 && a.dtype == TPU_DTYPE_BF16 ? TPU_DTYPE_BF16
+                                                                             : TPU_DTYPE_F32;
+    op.p.ew.alpha.f = 1;
+    op.p.ew.alpha.i = 1;
+    return op;
+}
+
+/* out = a <fn> scalar */
+static tpu_op binary_scalar(int fn, tpu_tensor out, tpu_tensor a, double b) {
+    tpu_op op = binary(fn, out, a, a);
+    op.n_in = 1;
+    memset(&op.in[1], 0, sizeof op.in[1]);
+    op.p.ew.other.f = b;
+    op.p.ew.other.i = (int64_t)b;
+    return op;
+}
+
+static tpu_op unary(int fn, tpu_tensor out, tpu_tensor a) {
+    tpu_op op = binary(0, out, a, a);
+    op.code = TPU_OP_UNARY;
+    op.fn = fn;
+    op.n_in = 1;
+    memset(&op.in[1], 0, sizeof op.in[1]);
+    return op;
+}
+
+static tpu_fuse_entry rec(const tpu_op *op) {
+    return (tpu_fuse_entry){op, NULL, 0};
+}
+
+static tpu_fuse_entry freed(const void *p, uint64_t n) {
+    return (tpu_fuse_entry){NULL, p, n};
+}
+
+static tpu_fuse_plan g_plan; /* large: not on the stack */
+
+/* y = (x + 1) * 2 - 1 with the temporaries freed as PyTorch frees them. */
+static void test_chain_groups_and_elides(void) {
+    enum { N = 5000 };
+    float *x = malloc(N * 4), *t1 = malloc(N * 4), *t2 = malloc(N * 4), *y = malloc(N * 4);
+    int64_t nb = N * 4;
+    tpu_tensor X = vec(x, N, TPU_DTYPE_F32), T1 = vec(t1, N, TPU_DTYPE_F32),
+               T2 = vec(t2, N, TPU_DTYPE_F32), Y = vec(y, N, TPU_DTYPE_F32);
+    tpu_op a = binary_scalar(TPU_BINARY_ADD, T1, X, 1), b = binary_scalar(TPU_BINARY_MUL, T2, T1, 2),
+           c = binary_scalar(TPU_BINARY_SUB, Y, T2, 1);
+    tpu_fuse_entry e[] = {rec(&a), rec(&b), freed(t1, nb), rec(&c), freed(t2, nb)};
+    CHECK(tpu_fuse_fusable(&a) && tpu_fuse_fusable(&b) && tpu_fuse_fusable(&c));
+    CHECK(tpu_fuse_plan_group(e, 5, &g_plan) == 5);
+    CHECK(g_plan.n_steps == 3 && g_plan.n_views == 4);
+    /* t1 and t2 die inside the group: kept in scratch. x is only read, y lives on. */
+    CHECK(g_plan.steps[0].slot[0] >= 0 && g_plan.steps[1].slot[0] >= 0);
+    CHECK(g_plan.steps[1].slot[1] == g_plan.steps[0].slot[0]);
+    CHECK(g_plan.steps[2].slot[1] == g_plan.steps[1].slot[0]);
+    CHECK(g_plan.steps[2].slot[0] == -1 && g_plan.steps[0].slot[1] == -1);
+    CHECK(g_plan.n_elided == 2 && g_plan.bytes_elided == 2 * nb);
+    CHECK(g_plan.numel == N && g_plan.ndim == 1 && g_plan.n_tiles >= 1);
+    CHECK(g_plan.tile_elems <= TPU_FUSE_TILE_MAX);
+
+    /* Without the markers nothing dies: every value is written. */
+    tpu_fuse_entry kept[] = {rec(&a), rec(&b), rec(&c)};
+    CHECK(tpu_fuse_plan_group(kept, 3, &g_plan) == 3 && g_plan.n_elided == 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(g_plan.steps[i].slot[0] == -1);
+
+    /* A value overwritten in the group dies too: x += 1 three times in place. */
+    tpu_op inc = binary_scalar(TPU_BINARY_ADD, X, X, 1);
+    tpu_fuse_entry inplace[] = {rec(&inc), rec(&inc), rec(&inc)};
+    CHECK(tpu_fuse_plan_group(inplace, 3, &g_plan) == 3 && g_plan.n_steps == 3);
+    CHECK(g_plan.n_views == 1 && g_plan.n_elided == 2 && g_plan.steps[2].slot[0] == -1);
+    CHECK(g_plan.steps[0].slot[1] == -1 && g_plan.steps[1].slot[1] == g_plan.steps[0].slot[0]);
+    free(x), free(t1), free(t2), free(y);
+}
+
+/* Where groups stop: another element count, a view that overlaps a
+ * written one without being it, a family the planner does not take. */
+static void test_group_boundaries(void) {
+    enum { N = 4096 };
+    float *buf = calloc(2 * N, 4), *o = calloc(2 * N, 4);
+    int64_t nb = 2 * N * 4;
+    tpu_tensor A = view2(buf, nb, TPU_DTYPE_F32, 0, 64, 64, 64, 1);
+    tpu_tensor O = view2(o, nb, TPU_DTYPE_F32, 0, 64, 64, 64, 1);
+    tpu_op w = binary_scalar(TPU_BINARY_ADD, O, A, 1);
+    /* Another numel. */
+    tpu_op small = binary_scalar(TPU_BINARY_ADD, view2(o, nb, TPU_DTYPE_F32, N, 32, 64, 64, 1),
+                                 view2(buf, nb, TPU_DTYPE_F32, N, 32, 64, 64, 1), 1);
+    tpu_fuse_entry e1[] = {rec(&w), rec(&w), rec(&small)};
+    CHECK(tpu_fuse_plan_group(e1, 3, &g_plan) == 2 && g_plan.n_steps == 2);
+    /* Reading O shifted by one element after writing O: not the same view. */
+    tpu_op shifted = binary_scalar(TPU_BINARY_MUL, view2(o, nb, TPU_DTYPE_F32, N, 64, 64, 64, 1),
+                                   view2(o, nb, TPU_DTYPE_F32, 1, 64, 64, 64, 1), 2);
+    tpu_fuse_entry e2[] = {rec(&w), rec(&shifted)};
+    CHECK(tpu_fuse_plan_group(e2, 2, &g_plan) == 1);
+    /* Reading O transposed after writing it: conflict too. */
+    tpu_op transposed = binary_scalar(TPU_BINARY_MUL, view2(o, nb, TPU_DTYPE_F32, N, 64, 64, 64, 1),
+                                      view2(o, nb, TPU_DTYPE_F32, 0, 64, 64, 1, 64), 2);
+    tpu_fuse_entry e3[] = {rec(&w), rec(&transposed)};
+    CHECK(tpu_fuse_plan_group(e3, 2, &g_plan) == 1);
+    /* ... but reading A transposed is fine: nobody writes A. */
+    tpu_op readA = binary_scalar(TPU_BINARY_MUL, view2(o, nb, TPU_DTYPE_F32, N, 64, 64, 64, 1),
+                                 view2(buf, nb, TPU_DTYPE_F32, 0, 64, 64, 1, 64), 2);
+    tpu_fuse_entry e4[] = {rec(&w), rec(&readA)};
+    CHECK(tpu_fuse_plan_group(e4, 2, &g_plan) == 2 && g_plan.n_steps == 2);
+    /* The same memory as a 1-d view is the same view: merged dims are canonical. */
+    tpu_op flat = binary_scalar(TPU_BINARY_MUL, vec(o + N, N, TPU_DTYPE_F32), vec(o, N, TPU_DTYPE_F32), 3);
+    flat.out.storage = flat.in[0].storage = o;
+    flat.out.storage_nbytes = flat.in[0].storage_nbytes = nb;
+    tpu_fuse_entry e5[] = {rec(&w), rec(&flat)};
+    CHECK(tpu_fuse_plan_group(e5, 2, &g_plan) == 2 && g_plan.n_views == 3);
+    /* Families outside the planner's. */
+    tpu_op arange = fill_op(O, 0);
+    arange.fn = TPU_FILL_ARANGE;
+    tpu_op sum;
+    memset(&sum, 0, sizeof sum);
+    sum.code = TPU_OP_REDUCE;
+    CHECK(tpu_fuse_fusable(&w) && !tpu_fuse_fusable(&arange) && !tpu_fuse_fusable(&sum));
+    tpu_op fill = fill_op(O, 2);
+    CHECK(tpu_fuse_fusable(&fill));
+    free(buf), free(o);
+}
+
+/* The limits: at most TPU_FUSE_MAX_OPS records, TPU_FUSE_MAX_SLOTS values
+ * in scratch at once (the rest are written). */
+static void test_limits(void) {
+    enum { N = 1000, M = TPU_FUSE_MAX_OPS + 10 };
+    float *x = calloc(N, 4);
+    tpu_tensor X = vec(x, N, TPU_DTYPE_F32);
+    tpu_op inc = binary_scalar(TPU_BINARY_ADD, X, X, 1);
+    static tpu_fuse_entry e[M];
+    for (int i = 0; i < M; i++)
+        e[i] = rec(&inc);
+    CHECK(tpu_fuse_plan_group(e, M, &g_plan) == TPU_FUSE_MAX_OPS);
+    CHECK(g_plan.n_steps == TPU_FUSE_MAX_OPS);
+    /* Twelve values alive at once, all freed at the end. */
+    enum { K = 12 };
+    float *t[K];
+    tpu_op ops[K];
+    tpu_fuse_entry f[2 * K];
+    for (int i = 0; i < K; i++) {
+        t[i] = calloc(N, 4);
+        ops[i] = binary_scalar(TPU_BINARY_ADD, vec(t[i], N, TPU_DTYPE_F32), i ? vec(t[i - 1], N, TPU_DTYPE_F32) : X, 1);
+        f[i] = rec(&ops[i]);
+    }
+    for (int i = 0; i < K; i++)
+        f[K + i] = freed(t[i], N * 4);
+    CHECK(tpu_fuse_plan_group(f, 2 * K, &g_plan) == 2 * K && g_plan.n_steps == K);
+    CHECK(g_plan.n_elided == TPU_FUSE_MAX_SLOTS && g_plan.n_slots == TPU_FUSE_MAX_SLOTS);
+    for (int i = 0; i < K; i++)
+        free(t[i]);
+    free(x);
+}
+
+/* ---------------------------------------------------- random programs */
+
+static uint64_t g_rng = 12345;
+static uint32_t rnd(void) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(g_rng >> 33);
+}
+
+enum { R = 48, C = 70, NB = 4, BUF_ELEMS = R * C + 2 * C };
+
+/* A random element-wise record over buffers b[0..NB) (f32 or bf16 each):
+ * broadcasts of a row, transposed reads, offset views, in-place writes. */
+static tpu_op random_record(void **b, const tpu_dtype *dt, int64_t *nbytes) {
+    int o = (int)(rnd() % NB), i0 = (int)(rnd() % NB), i1 = (int)(rnd() % NB);
+    int kind = (int)(rnd() % 6);
+    tpu_tensor out = view2(b[o], nbytes[o], dt[o], 0, R, C, C, 1);
+    tpu_tensor a = view2(b[i0], nbytes[i0], dt[i0], 0, R, C, C, 1);
+    if (kind == 1) /* a row broadcast down the columns */
+        a = view2(b[i0], nbytes[i0], dt[i0], (int64_t)(rnd() % C), R, C, 0, 1);
+    if (kind == 2) /* an offset view (reads past the first row) */
+        a = view2(b[i0], nbytes[i0], dt[i0], C + (int64_t)(rnd() % C), R, C, C, 1);
+    if (kind == 3 && R * C <= BUF_ELEMS) /* a transposed read of a [C, R] layout */
+        a = view2(b[i0], nbytes[i0], dt[i0], 0, R, C, 1, R);
+    if (i0 == o && kind != 0) /* the kernels' rule: out overlaps an input only as itself */
+        a = out;
+    tpu_tensor bb = view2(b[i1], nbytes[i1], dt[i1], 0, R, C, C, 1);
+    if (i1 == o)
+        bb = out;
+    int f = (int)(rnd() % 4);
+    if (f == 0)
+        return binary(TPU_BINARY_ADD, out, a, bb);
+    if (f == 1)
+        return binary_scalar(TPU_BINARY_MUL, out, a, 1.0 + (rnd() % 7) / 8.0);
+    if (f == 2)
+        return unary(TPU_UNARY_TANH, out, a);
+    tpu_op cp = copy_op(out, a);
+    return cp;
+}
+
+/* Random programs run record by record and through the planner (in
+ * groups, tile by tile) leave every buffer with the same bytes. */
+static void test_random_programs_match_unfused(void) {
+    void *scratch = aligned_alloc(64, (size_t)TPU_FUSE_SCRATCH_BYTES);
+    void *ref[NB], *fus[NB];
+    tpu_dtype dt[NB];
+    int64_t nbytes[NB];
+    int groups = 0, multi = 0;
+    for (int prog = 0; prog < 200; prog++) {
+        for (int k = 0; k < NB; k++) {
+            dt[k] = rnd() % 3 == 0 ? TPU_DTYPE_BF16 : TPU_DTYPE_F32;
+            nbytes[k] = BUF_ELEMS * (int64_t)tpu_dtype_size(dt[k]);
+            ref[k] = malloc((size_t)nbytes[k]);
+            fus[k] = malloc((size_t)nbytes[k]);
+            for (int64_t j = 0; j < BUF_ELEMS; j++) {
+                float v = (float)((int)(rnd() % 2001) - 1000) / 300.0f;
+                if (dt[k] == TPU_DTYPE_BF16)
+                    ((uint16_t *)ref[k])[j] = tpu_f32_to_bf16(v);
+                else
+                    ((float *)ref[k])[j] = v;
+            }
+            memcpy(fus[k], ref[k], (size_t)nbytes[k]);
+        }
+        enum { L = 24 };
+        tpu_op rops[L], fops[L];
+        int n = 1 + (int)(rnd() % L);
+        for (int i = 0; i < n; i++) {
+            rops[i] = random_record(ref, dt, nbytes);
+            CHECK_OK(tpu_op_check(&rops[i]));
+            CHECK_OK(tpu_op_run(&rops[i], 0, 1));
+        }
+        /* The same program over the other buffers. */
+        tpu_fuse_entry e[L];
+        for (int i = 0; i < n; i++) {
+            fops[i] = rops[i];
+            tpu_tensor *ts[4] = {&fops[i].out, &fops[i].in[0], &fops[i].in[1], NULL};
+            for (int k = 0; ts[k]; k++) {
+                if (!ts[k]->data)
+                    continue;
+                for (int m = 0; m < NB; m++)
+                    if (ts[k]->storage == ref[m]) {
+                        ts[k]->data = (char *)fus[m] + ((char *)ts[k]->data - (char *)ref[m]);
+                        ts[k]->storage = fus[m];
+                    }
+            }
+            e[i] = rec(&fops[i]);
+        }
+        for (int i = 0; i < n;) {
+            int taken = tpu_fuse_plan_group(&e[i], n - i, &g_plan);
+            CHECK(taken >= 1 && taken <= n - i);
+            groups++;
+            if (g_plan.n_steps >= 2) {
+                multi++;
+                int failed = -1;
+                CHECK_OK(tpu_fuse_run_tiles(&g_plan, scratch, 0, g_plan.n_tiles, &failed));
+            } else {
+                for (int k = i; k < i + taken; k++)
+                    CHECK_OK(tpu_op_run(e[k].op, 0, 1));
+            }
+            i += taken;
+        }
+        for (int k = 0; k < NB; k++) {
+            CHECK(memcmp(ref[k], fus[k], (size_t)nbytes[k]) == 0);
+            free(ref[k]);
+            free(fus[k]);
+        }
+    }
+    CHECK(multi > 50 && groups > multi);
+    free(scratch);
+}
+
+/* ------------------------------------------------------------ streams */
+
+/* Through a stream in fused mode: the chain runs at the sync, as one
+ * group, with strict mode's bytes; a kernel error names its op. */
+static void test_stream_fused_mode(void) {
+    enum { N = 100000 };
+    tpu_stream *s;
+    CHECK_OK(tpu_stream_get(0, 0, &s));
+    void *bx, *bt1, *bt2, *by;
+    CHECK_OK(tpu_mem_alloc(0, N * 4, s, &bx));
+    CHECK_OK(tpu_mem_alloc(0, N * 4, s, &by));
+    float *host = malloc(N * 4), *want = malloc(N * 4), *got = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        host[i] = (float)i / 7.0f - 3.0f;
+    tpu_tensor X = vec(bx, N, TPU_DTYPE_F32), Y = vec(by, N, TPU_DTYPE_F32);
+    tpu_tensor H = vec(host, N, TPU_DTYPE_F32);
+    tpu_op h2d = copy_op(X, H);
+    h2d.code = TPU_OP_COPY_H2D;
+    CHECK_OK(tpu_stream_submit(s, &h2d));
+    for (int m = 0; m < 2; m++) {
+        CHECK_OK(tpu_mode_set(m == 0 ? TPU_MODE_STRICT : TPU_MODE_FUSED));
+        tpu_fusion_stats before, after;
+        tpu_fusion_get_stats(&before);
+        CHECK_OK(tpu_mem_alloc(0, N * 4, s, &bt1));
+        CHECK_OK(tpu_mem_alloc(0, N * 4, s, &bt2));
+        tpu_tensor T1 = vec(bt1, N, TPU_DTYPE_F32), T2 = vec(bt2, N, TPU_DTYPE_F32);
+        tpu_op a = unary(TPU_UNARY_TANH, T1, X), b = binary(TPU_BINARY_MUL, T2, T1, X);
+        tpu_op c = binary_scalar(TPU_BINARY_SUB, Y, T2, 0.25);
+        CHECK_OK(tpu_stream_submit(s, &a));
+        CHECK_OK(tpu_stream_submit(s, &b));
+        CHECK_OK(tpu_mem_free(bt1));
+        CHECK_OK(tpu_stream_submit(s, &c));
+        CHECK_OK(tpu_mem_free(bt2));
+        /* Polling query alone must see the held records finish. */
+        bool done = false;
+        for (int i = 0; i < 5000 && !done; i++) {
+            CHECK_OK(tpu_stream_query(s, &done));
+            if (!done)
+                sleep_ms(1);
+        }
+        CHECK(done);
+        tpu_op d2h = d2h_op(vec(m == 0 ? want : got, N, TPU_DTYPE_F32), Y);
+        CHECK_OK(tpu_stream_submit(s, &d2h));
+        CHECK_OK(tpu_stream_synchronize(s));
+        tpu_fusion_get_stats(&after);
+        if (m == 1) {
+            CHECK(after.groups == before.groups + 1);
+            CHECK(after.fused_records == before.fused_records + 3);
+            CHECK(after.values_not_written == before.values_not_written + 2);
+            CHECK(after.bytes_not_written == before.bytes_not_written + 2 * N * 4);
+        } else {
+            CHECK(after.groups == before.groups);
+        }
+    }
+    CHECK(memcmp(want, got, N * 4) == 0);
+
+    /* An integer division by zero inside a group: the error names the div
+     * and surfaces once, at the sync. */
+    void *ia, *ib, *ic;
+    CHECK_OK(tpu_mem_alloc(0, 4096 * 4, s, &ia));
+    CHECK_OK(tpu_mem_alloc(0, 4096 * 4, s, &ib));
+    CHECK_OK(tpu_mem_alloc(0, 4096 * 4, s, &ic));
+    tpu_tensor IA = vec(ia, 4096, TPU_DTYPE_I32), IB = vec(ib, 4096, TPU_DTYPE_I32),
+               IC = vec(ic, 4096, TPU_DTYPE_I32);
+    tpu_op fa = fill_op(IA, 7), fb = fill_op(IB, 0), dv = div_trunc_op(IC, IA, IB);
+    dv.name = "aten::div.Tensor_mode";
+    CHECK(tpu_fuse_fusable(&dv));
+    CHECK_OK(tpu_stream_submit(s, &fa));
+    CHECK_OK(tpu_stream_submit(s, &fb));
+    CHECK_OK(tpu_stream_submit(s, &dv));
+    tpu_status st = tpu_stream_synchronize(s);
+    CHECK(st == TPU_ERR_DIV_BY_ZERO);
+    CHECK_CONTAINS(tpu_last_error_message(), "aten::div.Tensor_mode");
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK_OK(tpu_mode_set(TPU_MODE_STRICT));
+    tpu_mem_free(ia), tpu_mem_free(ib), tpu_mem_free(ic);
+    tpu_mem_free(bx), tpu_mem_free(by);
+    free(host), free(want), free(got);
+}
+
+int main(void) {
+    test_chain_groups_and_elides();
+    test_group_boundaries();
+    test_limits();
+    test_random_programs_match_unfused();
+    test_stream_fused_mode();
+    return check_report();
+}
