@@ -72,25 +72,30 @@ def sync(device: str) -> None:
         torch.tpu.synchronize()
 
 
+def interleaved_all(fns: dict[str, Callable[[], object]], repeat: int,
+                    warmup: int = 2) -> dict[str, float]:
+    """Median seconds of each fn() (each sample followed by a tpu
+    synchronize, which costs a CPU-only sample nothing), after a warm-up,
+    sampling them in turn so that a noisy spell slows all alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    torch.tpu.synchronize()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            torch.tpu.synchronize()
+            samples[k].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def interleaved(cpu_fn: Callable[[], object], tpu_fn: Callable[[], object], repeat: int,
                 warmup: int = 2) -> tuple[float, float]:
-    """Median seconds of cpu_fn() and of tpu_fn() (synchronised), after a
-    warm-up, sampling the two in turn so that a noisy spell slows both
-    alike."""
-    for _ in range(warmup):
-        cpu_fn()
-        tpu_fn()
-    torch.tpu.synchronize()
-    cpu, tpu = [], []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        cpu_fn()
-        cpu.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        tpu_fn()
-        torch.tpu.synchronize()
-        tpu.append(time.perf_counter() - start)
-    return statistics.median(cpu), statistics.median(tpu)
+    """interleaved_all of a CPU and a tpu function: their median seconds."""
+    t = interleaved_all({"cpu": cpu_fn, "tpu": tpu_fn}, repeat, warmup)
+    return t["cpu"], t["tpu"]
 
 
 def side_by_side(make: Callable[[str], Callable[[], object]], repeat: int) -> tuple[float, float]:

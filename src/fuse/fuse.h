@@ -12,13 +12,20 @@
  * group could read it) is kept in a per-thread scratch tile and never
  * written to memory.
  *
+ * A group may hold records of several element counts (the per-tensor
+ * records of a foreach optimizer step interleave many shapes): each count
+ * is a cluster, tiled on its own, and the clusters run one after another.
+ *
  * Why this gives the same bits as strict mode: each record is the same
  * kernel on the same elements, only cut into tiles (as the thread pool
  * already cuts it), and the planner admits a record only if running the
- * group tile by tile cannot change what any record reads. Two views in a
- * group that share a byte, one of them written, must be the very same
- * view (data, dtype and address of every element), so every byte is
- * touched at the same tile index by every record that touches it.
+ * group cluster by cluster and tile by tile cannot change what any record
+ * reads. Two views of one cluster that share a byte, one of them written,
+ * must be the very same view (data, dtype and address of every element),
+ * so every byte is touched at the same tile index by every record that
+ * touches it; views of different clusters never share a byte that either
+ * writes, so running one cluster before another reorders only records
+ * that touch disjoint memory.
  *
  * Everything here is a pure function of the records: no locks, no
  * threads, no allocation. The stream (runtime/stream.c) decides when to
@@ -32,8 +39,9 @@
 #include "tpu/op.h"
 
 /* Limits of one group; a run longer than this is cut into several. */
-#define TPU_FUSE_MAX_OPS 128   /* records */
-#define TPU_FUSE_MAX_VIEWS 64  /* distinct tensor views */
+#define TPU_FUSE_MAX_OPS 512     /* records */
+#define TPU_FUSE_MAX_VIEWS 256   /* distinct tensor views */
+#define TPU_FUSE_MAX_CLUSTERS 16 /* element counts */
 #define TPU_FUSE_MAX_SLOTS 8   /* scratch tiles per thread (values never written) */
 #define TPU_FUSE_MAX_OPERANDS 4 /* out and up to 3 inputs of an element-wise record */
 /* Elements of one tile, at most: with TPU_FUSE_MAX_SLOTS of them, each of
@@ -57,7 +65,8 @@ typedef struct {
     uintptr_t lo, hi;               /* bytes it touches: [lo, hi) */
     int32_t cdims;                  /* its canonical form: dims merged, size-1 dims dropped */
     int64_t csizes[TPU_MAX_DIMS], cstrides[TPU_MAX_DIMS];
-    int64_t gstrides[TPU_MAX_DIMS]; /* strides (elements) over the group's dims */
+    int64_t gstrides[TPU_MAX_DIMS]; /* strides (elements) over its cluster's dims */
+    int32_t cluster;
     bool written;
 } tpu_fuse_view;
 
@@ -67,28 +76,38 @@ typedef struct {
 typedef struct {
     const tpu_op *op;
     int32_t entry;                  /* its index in the planned entries */
+    int32_t cluster;
     int32_t n_operands;
     int32_t view[TPU_FUSE_MAX_OPERANDS];
     int32_t slot[TPU_FUSE_MAX_OPERANDS];
 } tpu_fuse_step;
 
-/* A group ready to run. */
+/* The records of one element count, and how its elements are cut into
+ * tiles: a tile is one index of each dim before tile_dim and a block of
+ * tile_block indices of tile_dim (the last block may be shorter), with all
+ * the dims after it. */
+typedef struct {
+    int64_t numel;
+    /* Its shape: the records' elements, row-major, refined so that each of
+     * its views is a strided tensor over it; boundaries while planning. */
+    int32_t ndim;
+    int64_t sizes[TPU_MAX_DIMS];
+    int32_t n_bounds;
+    int64_t bounds[TPU_MAX_DIMS + 1];
+    int32_t n_steps;
+    int32_t n_slots; /* scratch tiles it uses (<= TPU_FUSE_MAX_SLOTS) */
+    int32_t tile_dim;
+    int64_t tile_block, tile_elems, n_tiles;
+} tpu_fuse_cluster;
+
+/* A group ready to run. Steps are in stream order. */
 typedef struct {
     int32_t n_steps;
     tpu_fuse_step steps[TPU_FUSE_MAX_OPS];
     int32_t n_views;
     tpu_fuse_view views[TPU_FUSE_MAX_VIEWS];
-    int32_t n_slots;                /* scratch tiles used (<= TPU_FUSE_MAX_SLOTS) */
-    /* The group's shape: every record's elements, row-major, refined so
-     * that each view is a strided tensor over it. */
-    int32_t ndim;
-    int64_t sizes[TPU_MAX_DIMS];
-    int64_t numel;
-    /* Tiling: a tile is one index of each dim before tile_dim and a block
-     * of tile_block indices of tile_dim (the last block may be shorter),
-     * with all the dims after it. */
-    int32_t tile_dim;
-    int64_t tile_block, tile_elems, n_tiles;
+    int32_t n_clusters;
+    tpu_fuse_cluster clusters[TPU_FUSE_MAX_CLUSTERS];
     /* What the group saves: values kept in scratch instead of memory. */
     int32_t n_elided;
     int64_t bytes_elided;
@@ -108,13 +127,13 @@ bool tpu_fuse_fusable(const tpu_op *op);
  * plan's other fields are unspecified. */
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *plan);
 
-/* Runs tiles [t0, t1) of a planned group on the calling thread. `scratch`
- * is this thread's TPU_FUSE_MAX_SLOTS tiles of TPU_FUSE_TILE_MAX * 8
- * bytes each. On a kernel error the lowest failing step is in *failed
- * (else it is left alone) and its status returned; the tiles still all
- * run, so later steps see what strict mode would have left. */
-tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *plan, void *scratch, int64_t t0, int64_t t1,
-                              int *failed);
+/* Runs tiles [t0, t1) of cluster c of a planned group on the calling
+ * thread: each tile's steps of that cluster in order. `scratch` is this
+ * thread's TPU_FUSE_MAX_SLOTS tiles of TPU_FUSE_TILE_MAX * 8 bytes each.
+ * On a kernel error the lowest failing step is in *failed (else it is left
+ * alone) and its status returned; the remaining tiles still run. */
+tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *plan, int c, void *scratch, int64_t t0,
+                              int64_t t1, int *failed);
 
 /* Bytes of scratch one thread needs to run any group. */
 #define TPU_FUSE_SCRATCH_BYTES ((int64_t)TPU_FUSE_MAX_SLOTS * TPU_FUSE_TILE_MAX * 8)

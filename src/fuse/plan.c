@@ -134,12 +134,12 @@ static bool refine(boundaries *x, const boundaries *y) {
     return true;
 }
 
-/* The strides of view v over the group's dims (sizes, ndim): each of its
- * canonical dims covers consecutive group dims whose sizes multiply to its
- * size. */
-static void group_strides(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
+/* The strides of view v over its cluster's dims (sizes, ndim): each of its
+ * canonical dims covers consecutive cluster dims whose sizes multiply to
+ * its size. */
+static void cluster_strides(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
     int c = v->cdims - 1;
-    int64_t p = 1; /* product of the group dims taken so far of canonical dim c */
+    int64_t p = 1; /* product of the cluster dims taken so far of canonical dim c */
     for (int d = ndim - 1; d >= 0; d--) {
         if (c < 0) { /* the view has only size-1 dims left: any stride does */
             v->gstrides[d] = 0;
@@ -168,31 +168,41 @@ static int64_t numel_of(const tpu_tensor *t) {
 }
 
 /* Tries to add record `op` as the next step: true (and the step filled,
- * views added) when it keeps the group safe, else false and the plan
- * unchanged. */
-static bool add_step(tpu_fuse_plan *p, boundaries *shape, const tpu_op *op, int entry) {
+ * views added) when it keeps the group safe and within its limits, else
+ * false and the plan unchanged. */
+static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     if (p->n_steps == TPU_FUSE_MAX_OPS)
         return false;
     int64_t numel = numel_of(&op->out);
-    if (p->n_steps > 0 && numel != p->numel)
+    int c = 0;
+    while (c < p->n_clusters && p->clusters[c].numel != numel)
+        c++;
+    if (c == TPU_FUSE_MAX_CLUSTERS)
         return false;
+    boundaries merged = {0, {0}};
+    if (c < p->n_clusters) {
+        merged.n = p->clusters[c].n_bounds;
+        memcpy(merged.b, p->clusters[c].bounds, sizeof merged.b);
+    }
     int n_operands = 1 + op->n_in;
     tpu_fuse_view nv[TPU_FUSE_MAX_OPERANDS];
     int idx[TPU_FUSE_MAX_OPERANDS], n_new = 0;
-    boundaries merged = *shape;
     for (int k = 0; k < n_operands; k++) {
         describe(operand(op, k), &nv[k]);
+        nv[k].cluster = c;
         boundaries b;
         boundaries_of(nv[k].csizes, nv[k].cdims, &b);
         if (!refine(&merged, &b))
             return false;
-        /* Find it among the group's views; any other overlapping view is
-         * a conflict if either side is written (out is written). */
+        /* Find it among the group's views. Any other view sharing a byte
+         * with it is a conflict if either side is written (out is): in
+         * its cluster because tiles would reorder the accesses, in another
+         * because clusters run one after another. */
         idx[k] = -1;
         for (int v = 0; v < p->n_views; v++) {
             if (!overlap(&nv[k], &p->views[v]))
                 continue;
-            if (same_view(&nv[k], &p->views[v]))
+            if (p->views[v].cluster == c && same_view(&nv[k], &p->views[v]))
                 idx[k] = v;
             else if (k == 0 || p->views[v].written)
                 return false;
@@ -208,25 +218,30 @@ static bool add_step(tpu_fuse_plan *p, boundaries *shape, const tpu_op *op, int 
             idx[k] = -2 - n_new++; /* new: placed below once the record is taken */
         }
     }
-    /* Taken: add the new views and the step. */
+    /* Taken: add the cluster, the new views and the step. */
+    if (c == p->n_clusters) {
+        memset(&p->clusters[c], 0, sizeof p->clusters[c]);
+        p->clusters[c].numel = numel;
+        p->n_clusters++;
+    }
+    tpu_fuse_cluster *cl = &p->clusters[c];
+    cl->n_bounds = merged.n;
+    memcpy(cl->bounds, merged.b, sizeof cl->bounds);
+    cl->n_steps++;
     int base = p->n_views;
     for (int k = 0; k < n_operands; k++)
-        if (idx[k] <= -2) {
-            int slot = base + (-2 - idx[k]);
-            if (slot == p->n_views)
-                p->views[p->n_views++] = nv[k];
-        }
+        if (idx[k] <= -2 && base + (-2 - idx[k]) == p->n_views)
+            p->views[p->n_views++] = nv[k];
     tpu_fuse_step *s = &p->steps[p->n_steps++];
     s->op = op;
     s->entry = entry;
+    s->cluster = c;
     s->n_operands = n_operands;
     for (int k = 0; k < n_operands; k++) {
         s->view[k] = idx[k] <= -2 ? base + (-2 - idx[k]) : idx[k];
         s->slot[k] = -1;
     }
     p->views[s->view[0]].written = true;
-    p->numel = numel;
-    *shape = merged;
     return true;
 }
 
@@ -257,15 +272,16 @@ static bool dies_inside(const tpu_fuse_plan *p, const tpu_fuse_entry *entries, i
     return false;
 }
 
-/* Gives each value that dies inside the group a scratch slot while one is
- * free, walking the entries in order: inputs read the slot their view's
- * value is in; a value's slot is free again once the value is dead. */
+/* Gives each value that dies inside the group a scratch slot of its
+ * cluster while one is free, walking the entries in order: inputs read the
+ * slot their view's value is in; a value's slot is free again once the
+ * value is dead. Clusters run one at a time, so each has all the slots. */
 static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries) {
     int32_t cur[TPU_FUSE_MAX_VIEWS];
-    bool busy[TPU_FUSE_MAX_SLOTS] = {false};
+    bool busy[TPU_FUSE_MAX_CLUSTERS][TPU_FUSE_MAX_SLOTS];
+    memset(busy, 0, sizeof busy);
     for (int v = 0; v < p->n_views; v++)
         cur[v] = -1;
-    p->n_slots = 0;
     p->n_elided = 0;
     p->bytes_elided = 0;
     int i = 0;
@@ -273,39 +289,58 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         if (entries[e].op == NULL) {
             for (int v = 0; v < p->n_views; v++)
                 if (cur[v] >= 0 && marker_kills(&entries[e], &p->views[v])) {
-                    busy[cur[v]] = false;
+                    busy[p->views[v].cluster][cur[v]] = false;
                     cur[v] = -1;
                 }
             continue;
         }
         tpu_fuse_step *s = &p->steps[i];
+        tpu_fuse_cluster *cl = &p->clusters[s->cluster];
+        bool *free_slots = busy[s->cluster];
         for (int k = 1; k < s->n_operands; k++)
             s->slot[k] = cur[s->view[k]];
         int v = s->view[0], old = cur[v], slot = -1;
         if (dies_inside(p, entries, n_entries, i))
             for (int c = 0; c < TPU_FUSE_MAX_SLOTS && slot < 0; c++)
-                if (!busy[c])
+                if (!free_slots[c])
                     slot = c;
         if (slot >= 0) {
-            busy[slot] = true;
-            if (slot + 1 > p->n_slots)
-                p->n_slots = slot + 1;
+            free_slots[slot] = true;
+            if (slot + 1 > cl->n_slots)
+                cl->n_slots = slot + 1;
             p->n_elided++;
-            p->bytes_elided += p->numel * p->views[v].elem_size;
+            p->bytes_elided += cl->numel * p->views[v].elem_size;
         }
         s->slot[0] = slot;
         cur[v] = slot;
         if (old >= 0)
-            busy[old] = false;
+            free_slots[old] = false;
         i++;
     }
 }
 
-/* Cuts the group's elements into tiles of about the cache's size. */
-static void plan_tiles(tpu_fuse_plan *p) {
-    int64_t bytes_per_elem = 8 * p->n_slots;
+/* A cluster's dims, outermost first, from its boundaries. */
+static void cluster_shape(tpu_fuse_cluster *cl) {
+    if (cl->n_bounds == 0) { /* one element */
+        cl->ndim = 1;
+        cl->sizes[0] = 1;
+        return;
+    }
+    cl->ndim = cl->n_bounds;
+    int64_t prev = 1;
+    for (int k = 0; k < cl->n_bounds; k++) {
+        cl->sizes[cl->n_bounds - 1 - k] = cl->bounds[k] / prev;
+        prev = cl->bounds[k];
+    }
+}
+
+/* Cuts a cluster's elements into tiles of about the cache's size. */
+static void plan_tiles(const tpu_fuse_plan *p, int c) {
+    tpu_fuse_cluster *cl = (tpu_fuse_cluster *)&p->clusters[c];
+    int64_t bytes_per_elem = 8 * cl->n_slots;
     for (int v = 0; v < p->n_views; v++)
-        bytes_per_elem += p->views[v].elem_size;
+        if (p->views[v].cluster == c)
+            bytes_per_elem += p->views[v].elem_size;
     int64_t target = (256 * 1024) / (bytes_per_elem > 0 ? bytes_per_elem : 1);
     if (target < 256)
         target = 256;
@@ -313,56 +348,47 @@ static void plan_tiles(tpu_fuse_plan *p) {
         target = TPU_FUSE_TILE_MAX;
     /* The outermost dim whose trailing dims fit in a tile. */
     int d = 0;
-    int64_t inner = p->numel;
-    while (d < p->ndim - 1 && inner / p->sizes[d] > target) {
-        inner /= p->sizes[d];
+    int64_t inner = cl->numel;
+    while (d < cl->ndim - 1 && inner / cl->sizes[d] > target) {
+        inner /= cl->sizes[d];
         d++;
     }
-    inner /= p->sizes[d]; /* elements of the dims after d */
+    inner /= cl->sizes[d]; /* elements of the dims after d */
     int64_t block = inner >= target ? 1 : target / inner;
-    if (block > p->sizes[d])
-        block = p->sizes[d];
+    if (block > cl->sizes[d])
+        block = cl->sizes[d];
     int64_t outer = 1;
     for (int k = 0; k < d; k++)
-        outer *= p->sizes[k];
-    p->tile_dim = d;
-    p->tile_block = block;
-    p->tile_elems = block * inner;
-    p->n_tiles = outer * ((p->sizes[d] + block - 1) / block);
+        outer *= cl->sizes[k];
+    cl->tile_dim = d;
+    cl->tile_block = block;
+    cl->tile_elems = block * inner;
+    cl->n_tiles = outer * ((cl->sizes[d] + block - 1) / block);
 }
 
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) {
     p->n_steps = 0;
     p->n_views = 0;
-    p->numel = 0;
-    boundaries shape = {0, {0}};
+    p->n_clusters = 0;
     int taken = 0;
     while (taken < n) {
         const tpu_fuse_entry *e = &entries[taken];
-        if (e->op != NULL && !add_step(p, &shape, e->op, taken))
+        if (e->op != NULL && !add_step(p, e->op, taken))
             break;
         taken++;
     }
-    if (taken == 0)
-        return 1; /* a lone record that fits nowhere: the caller runs it */
-    /* Trailing markers kill values too; they stay in the group. */
+    if (taken == 0) /* a lone record that fits no group (too many dims): the caller runs it */
+        return 1;
     if (p->n_steps < 2)
         return taken;
-    /* The group's dims, outermost first, from the boundaries. */
-    if (shape.n == 0) { /* one element */
-        p->ndim = 1;
-        p->sizes[0] = 1;
-    } else {
-        p->ndim = shape.n;
-        int64_t prev = 1;
-        for (int k = 0; k < shape.n; k++) {
-            p->sizes[shape.n - 1 - k] = shape.b[k] / prev;
-            prev = shape.b[k];
-        }
+    for (int c = 0; c < p->n_clusters; c++)
+        cluster_shape(&p->clusters[c]);
+    for (int v = 0; v < p->n_views; v++) {
+        const tpu_fuse_cluster *cl = &p->clusters[p->views[v].cluster];
+        cluster_strides(&p->views[v], cl->sizes, cl->ndim);
     }
-    for (int v = 0; v < p->n_views; v++)
-        group_strides(&p->views[v], p->sizes, p->ndim);
     assign_slots(p, entries, taken);
-    plan_tiles(p);
+    for (int c = 0; c < p->n_clusters; c++)
+        plan_tiles(p, c);
     return taken;
 }

@@ -6,8 +6,8 @@
 
 #include "fuse.h"
 
-/* Where tile t starts: *offset[v] elements into each view's memory, the
- * tile's dims in tsizes (tile_dim on), and the block's length. */
+/* Where tile t of a cluster lies: the index of each dim before tile_dim,
+ * the first index of tile_dim, and the tile's dims (tile_dim on). */
 typedef struct {
     int32_t ndim;
     int64_t sizes[TPU_MAX_DIMS];
@@ -15,7 +15,7 @@ typedef struct {
     int64_t start;               /* first index of tile_dim */
 } tile_pos;
 
-static void locate(const tpu_fuse_plan *p, int64_t t, tile_pos *tp) {
+static void locate(const tpu_fuse_cluster *p, int64_t t, tile_pos *tp) {
     int d = p->tile_dim;
     int64_t blocks = (p->sizes[d] + p->tile_block - 1) / p->tile_block;
     int64_t o = t / blocks;
@@ -31,10 +31,10 @@ static void locate(const tpu_fuse_plan *p, int64_t t, tile_pos *tp) {
 }
 
 /* Points t at the tile of view v: in memory, or in scratch slot `slot`. */
-static void cut(const tpu_fuse_plan *p, const tile_pos *tp, int v, int slot, char *scratch,
-                tpu_tensor *t) {
+static void cut(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, const tile_pos *tp, int v,
+                int slot, char *scratch, tpu_tensor *t) {
     const tpu_fuse_view *view = &p->views[v];
-    int d = p->tile_dim;
+    int d = cl->tile_dim;
     t->ndim = tp->ndim;
     memcpy(t->sizes, tp->sizes, (size_t)tp->ndim * sizeof t->sizes[0]);
     if (slot >= 0) {
@@ -53,20 +53,24 @@ static void cut(const tpu_fuse_plan *p, const tile_pos *tp, int v, int slot, cha
     memcpy(t->strides, &view->gstrides[d], (size_t)tp->ndim * sizeof t->strides[0]);
 }
 
-tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, void *scratch, int64_t t0, int64_t t1,
-                              int *failed) {
+tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int64_t t0,
+                              int64_t t1, int *failed) {
+    const tpu_fuse_cluster *cl = &p->clusters[c];
     tpu_status first = TPU_OK;
     int first_step = p->n_steps;
     char msg[512] = ""; /* the first failing step's message: later ones overwrite the thread's */
     tpu_op op; /* the step's record, cut to the tile */
     for (int64_t t = t0; t < t1; t++) {
         tile_pos tp;
-        locate(p, t, &tp);
+        locate(cl, t, &tp);
         for (int i = 0; i < p->n_steps; i++) {
             const tpu_fuse_step *s = &p->steps[i];
+            if (s->cluster != c)
+                continue;
             memcpy(&op, s->op, sizeof op);
             for (int k = 0; k < s->n_operands; k++)
-                cut(p, &tp, s->view[k], s->slot[k], scratch, k == 0 ? &op.out : &op.in[k - 1]);
+                cut(p, cl, &tp, s->view[k], s->slot[k], scratch,
+                    k == 0 ? &op.out : &op.in[k - 1]);
             tpu_status st = tpu_op_run(&op, 0, 1);
             if (st != TPU_OK && i < first_step) {
                 first = st;

@@ -343,7 +343,7 @@ static void entry_unpack(const ring_head *h, entry *e) {
  * the target runs each group as one pass over memory; a record that joins
  * no group runs as in strict mode. Deferred work is bounded by the ring,
  * as in strict mode. */
-#define HOLD_MAX_ENTRIES 512
+#define HOLD_MAX_ENTRIES 2048
 #define HOLD_NS 2000000
 
 struct fuse_state {
@@ -396,17 +396,21 @@ static void log_group(const tpu_stream *s, const tpu_fuse_plan *p) {
         if (i + 1 < p->n_steps && len >= (int)sizeof names - 40)
             len += snprintf(names + len, sizeof names - (size_t)len, " ...");
     }
-    char shape[160];
-    int sl = snprintf(shape, sizeof shape, "[");
-    for (int d = 0; d < p->ndim && sl < (int)sizeof shape - 24; d++)
-        sl += snprintf(shape + sl, sizeof shape - (size_t)sl, "%s%" PRId64, d ? ", " : "",
-                       p->sizes[d]);
-    snprintf(shape + sl, sizeof shape - (size_t)sl, "]");
+    char shapes[200];
+    int sl = 0;
+    for (int c = 0; c < p->n_clusters && sl < (int)sizeof shapes - 40; c++) {
+        const tpu_fuse_cluster *cl = &p->clusters[c];
+        sl += snprintf(shapes + sl, sizeof shapes - (size_t)sl, "%s%d x [", c ? ", " : "",
+                       cl->n_steps);
+        for (int d = 0; d < cl->ndim && sl < (int)sizeof shapes - 24; d++)
+            sl += snprintf(shapes + sl, sizeof shapes - (size_t)sl, "%s%" PRId64, d ? ", " : "",
+                           cl->sizes[d]);
+        sl += snprintf(shapes + sl, sizeof shapes - (size_t)sl, "]");
+    }
     fprintf(stderr,
-            "tpu fuse: tpu:%d stream %d: %d records over %s (%" PRId64 " tiles): %s; %d values "
-            "not written (%" PRId64 " bytes)\n",
-            s->chip, s->index, p->n_steps, shape, p->n_tiles, names, p->n_elided,
-            p->bytes_elided);
+            "tpu fuse: tpu:%d stream %d: %d records (%s): %s; %d values not written (%" PRId64
+            " bytes)\n",
+            s->chip, s->index, p->n_steps, shapes, names, p->n_elided, p->bytes_elided);
 }
 
 /* The run of held entries at the head, as the worker scans it under lock. */

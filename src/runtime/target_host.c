@@ -78,10 +78,12 @@ static tpu_status host_execute(int chip, const tpu_op *op) {
     return TPU_OK;
 }
 
-/* A fusion group, as the pool's function type wants it: share ith runs
- * its contiguous range of tiles and keeps its own first failure. */
+/* One cluster of a fusion group, as the pool's function type wants it:
+ * share ith runs its contiguous range of the cluster's tiles and keeps its
+ * own first failure. */
 typedef struct {
     const tpu_fuse_plan *plan;
+    int cluster;
     void *const *scratch;
     int failed[TPU_THREADS_MAX];
     tpu_status status[TPU_THREADS_MAX];
@@ -90,9 +92,9 @@ typedef struct {
 
 static tpu_status run_group_share(void *ctx, int ith, int nth) {
     group_ctx *g = ctx;
-    int64_t n = g->plan->n_tiles;
+    int64_t n = g->plan->clusters[g->cluster].n_tiles;
     int failed = g->plan->n_steps;
-    tpu_status st = tpu_fuse_run_tiles(g->plan, g->scratch[ith], n * ith / nth,
+    tpu_status st = tpu_fuse_run_tiles(g->plan, g->cluster, g->scratch[ith], n * ith / nth,
                                        n * (ith + 1) / nth, &failed);
     g->failed[ith] = failed;
     g->status[ith] = st;
@@ -101,34 +103,45 @@ static tpu_status run_group_share(void *ctx, int ith, int nth) {
     return TPU_OK; /* the caller picks the lowest failing step, not the lowest share */
 }
 
-/* Tiles are independent, so shares split them; a group worth less than
- * about 64K element-steps runs on one thread. */
+/* Clusters run one after another; a cluster's tiles are independent, so
+ * shares split them. A cluster worth less than about 64K element-steps
+ * runs on one thread. The error kept is the lowest failing step's, which
+ * is the first in stream order. */
 static tpu_status host_execute_group(int chip, const tpu_fuse_plan *plan, void *const *scratch,
                                      int n_scratch, int *failed) {
     (void)chip;
     static _Thread_local group_ctx g; /* 40 KiB: per stream worker, not on its stack */
     g.plan = plan;
     g.scratch = scratch;
-    int64_t work = plan->numel * plan->n_steps;
-    int nth = work < 65536 ? 1 : n_scratch;
-    if (nth > plan->n_tiles)
-        nth = (int)plan->n_tiles;
-    if (nth < 1)
-        nth = 1;
-    for (int i = 0; i < nth; i++)
-        g.status[i] = TPU_OK;
-    if (nth == 1)
-        run_group_share(&g, 0, 1);
-    else
-        tpu_pool_run(run_group_share, &g, nth);
-    int best = -1;
-    for (int i = 0; i < nth; i++)
-        if (g.status[i] != TPU_OK && (best < 0 || g.failed[i] < g.failed[best]))
-            best = i;
-    if (best < 0)
+    int best_step = plan->n_steps;
+    tpu_status best = TPU_OK;
+    char msg[TPU_MSG_MAX];
+    for (int c = 0; c < plan->n_clusters; c++) {
+        const tpu_fuse_cluster *cl = &plan->clusters[c];
+        g.cluster = c;
+        int64_t work = cl->numel * cl->n_steps;
+        int nth = work < 65536 ? 1 : n_scratch;
+        if (nth > cl->n_tiles)
+            nth = (int)cl->n_tiles;
+        if (nth < 1)
+            nth = 1;
+        for (int i = 0; i < nth; i++)
+            g.status[i] = TPU_OK;
+        if (nth == 1)
+            run_group_share(&g, 0, 1);
+        else
+            tpu_pool_run(run_group_share, &g, nth);
+        for (int i = 0; i < nth; i++)
+            if (g.status[i] != TPU_OK && g.failed[i] < best_step) {
+                best_step = g.failed[i];
+                best = g.status[i];
+                snprintf(msg, sizeof msg, "%s", i < 4 ? g.msg[i] : tpu_status_str(best));
+            }
+    }
+    if (best == TPU_OK)
         return TPU_OK;
-    *failed = g.failed[best];
-    return tpu_set_error(g.status[best], "%s", best < 4 ? g.msg[best] : tpu_status_str(g.status[best]));
+    *failed = best_step;
+    return tpu_set_error(best, "%s", msg);
 }
 
 static const tpu_target k_host_target = {

@@ -79,6 +79,17 @@ static tpu_fuse_entry freed(const void *p, uint64_t n) {
 
 static tpu_fuse_plan g_plan; /* large: not on the stack */
 
+/* Runs every cluster of a plan, all its tiles, on this thread. */
+static tpu_status run_all(const tpu_fuse_plan *p, void *scratch, int *failed) {
+    tpu_status first = TPU_OK;
+    for (int c = 0; c < p->n_clusters; c++) {
+        tpu_status st = tpu_fuse_run_tiles(p, c, scratch, 0, p->clusters[c].n_tiles, failed);
+        if (first == TPU_OK)
+            first = st;
+    }
+    return first;
+}
+
 /* y = (x + 1) * 2 - 1 with the temporaries freed as PyTorch frees them. */
 static void test_chain_groups_and_elides(void) {
     enum { N = 5000 };
@@ -98,8 +109,9 @@ static void test_chain_groups_and_elides(void) {
     CHECK(g_plan.steps[2].slot[1] == g_plan.steps[1].slot[0]);
     CHECK(g_plan.steps[2].slot[0] == -1 && g_plan.steps[0].slot[1] == -1);
     CHECK(g_plan.n_elided == 2 && g_plan.bytes_elided == 2 * nb);
-    CHECK(g_plan.numel == N && g_plan.ndim == 1 && g_plan.n_tiles >= 1);
-    CHECK(g_plan.tile_elems <= TPU_FUSE_TILE_MAX);
+    CHECK(g_plan.n_clusters == 1 && g_plan.clusters[0].numel == N);
+    CHECK(g_plan.clusters[0].ndim == 1 && g_plan.clusters[0].n_tiles >= 1);
+    CHECK(g_plan.clusters[0].tile_elems <= TPU_FUSE_TILE_MAX);
 
     /* Without the markers nothing dies: every value is written. */
     tpu_fuse_entry kept[] = {rec(&a), rec(&b), rec(&c)};
@@ -125,11 +137,19 @@ static void test_group_boundaries(void) {
     tpu_tensor A = view2(buf, nb, TPU_DTYPE_F32, 0, 64, 64, 64, 1);
     tpu_tensor O = view2(o, nb, TPU_DTYPE_F32, 0, 64, 64, 64, 1);
     tpu_op w = binary_scalar(TPU_BINARY_ADD, O, A, 1);
-    /* Another numel. */
+    /* Another numel on memory of its own: a second cluster. */
     tpu_op small = binary_scalar(TPU_BINARY_ADD, view2(o, nb, TPU_DTYPE_F32, N, 32, 64, 64, 1),
                                  view2(buf, nb, TPU_DTYPE_F32, N, 32, 64, 64, 1), 1);
-    tpu_fuse_entry e1[] = {rec(&w), rec(&w), rec(&small)};
-    CHECK(tpu_fuse_plan_group(e1, 3, &g_plan) == 2 && g_plan.n_steps == 2);
+    tpu_fuse_entry e1[] = {rec(&w), rec(&w), rec(&small), rec(&w)};
+    CHECK(tpu_fuse_plan_group(e1, 4, &g_plan) == 4 && g_plan.n_steps == 4);
+    CHECK(g_plan.n_clusters == 2 && g_plan.steps[2].cluster == 1 && g_plan.steps[3].cluster == 0);
+    CHECK(g_plan.clusters[0].n_steps == 3 && g_plan.clusters[1].n_steps == 1);
+    /* Another numel reading what the first cluster wrote: clusters run one
+     * after another, so it ends the group. */
+    tpu_op reads_o = binary_scalar(TPU_BINARY_ADD, view2(buf, nb, TPU_DTYPE_F32, N, 32, 64, 64, 1),
+                                   view2(o, nb, TPU_DTYPE_F32, 0, 32, 64, 64, 1), 1);
+    tpu_fuse_entry e1b[] = {rec(&w), rec(&reads_o)};
+    CHECK(tpu_fuse_plan_group(e1b, 2, &g_plan) == 1);
     /* Reading O shifted by one element after writing O: not the same view. */
     tpu_op shifted = binary_scalar(TPU_BINARY_MUL, view2(o, nb, TPU_DTYPE_F32, N, 64, 64, 64, 1),
                                    view2(o, nb, TPU_DTYPE_F32, 1, 64, 64, 64, 1), 2);
@@ -188,7 +208,7 @@ static void test_limits(void) {
     for (int i = 0; i < K; i++)
         f[K + i] = freed(t[i], N * 4);
     CHECK(tpu_fuse_plan_group(f, 2 * K, &g_plan) == 2 * K && g_plan.n_steps == K);
-    CHECK(g_plan.n_elided == TPU_FUSE_MAX_SLOTS && g_plan.n_slots == TPU_FUSE_MAX_SLOTS);
+    CHECK(g_plan.n_elided == TPU_FUSE_MAX_SLOTS && g_plan.clusters[0].n_slots == TPU_FUSE_MAX_SLOTS);
     for (int i = 0; i < K; i++)
         free(t[i]);
     free(x);
@@ -208,9 +228,10 @@ enum { R = 48, C = 70, NB = 4, BUF_ELEMS = R * C + 2 * C };
  * broadcasts of a row, transposed reads, offset views, in-place writes. */
 static tpu_op random_record(void **b, const tpu_dtype *dt, int64_t *nbytes) {
     int o = (int)(rnd() % NB), i0 = (int)(rnd() % NB), i1 = (int)(rnd() % NB);
-    int kind = (int)(rnd() % 6);
-    tpu_tensor out = view2(b[o], nbytes[o], dt[o], 0, R, C, C, 1);
-    tpu_tensor a = view2(b[i0], nbytes[i0], dt[i0], 0, R, C, C, 1);
+    int kind = (int)(rnd() % 7);
+    int64_t rows = kind == 6 ? R / 2 : R; /* another element count: another cluster */
+    tpu_tensor out = view2(b[o], nbytes[o], dt[o], kind == 6 ? C : 0, rows, C, C, 1);
+    tpu_tensor a = view2(b[i0], nbytes[i0], dt[i0], 0, rows, C, C, 1);
     if (kind == 1) /* a row broadcast down the columns */
         a = view2(b[i0], nbytes[i0], dt[i0], (int64_t)(rnd() % C), R, C, 0, 1);
     if (kind == 2) /* an offset view (reads past the first row) */
@@ -219,7 +240,7 @@ static tpu_op random_record(void **b, const tpu_dtype *dt, int64_t *nbytes) {
         a = view2(b[i0], nbytes[i0], dt[i0], 0, R, C, 1, R);
     if (i0 == o && kind != 0) /* the kernels' rule: out overlaps an input only as itself */
         a = out;
-    tpu_tensor bb = view2(b[i1], nbytes[i1], dt[i1], 0, R, C, C, 1);
+    tpu_tensor bb = view2(b[i1], nbytes[i1], dt[i1], 0, rows, C, C, 1);
     if (i1 == o)
         bb = out;
     int f = (int)(rnd() % 4);
@@ -240,7 +261,7 @@ static void test_random_programs_match_unfused(void) {
     void *ref[NB], *fus[NB];
     tpu_dtype dt[NB];
     int64_t nbytes[NB];
-    int groups = 0, multi = 0;
+    int groups = 0, multi = 0, clustered = 0;
     for (int prog = 0; prog < 200; prog++) {
         for (int k = 0; k < NB; k++) {
             dt[k] = rnd() % 3 == 0 ? TPU_DTYPE_BF16 : TPU_DTYPE_F32;
@@ -286,8 +307,9 @@ static void test_random_programs_match_unfused(void) {
             groups++;
             if (g_plan.n_steps >= 2) {
                 multi++;
+                clustered += g_plan.n_clusters > 1;
                 int failed = -1;
-                CHECK_OK(tpu_fuse_run_tiles(&g_plan, scratch, 0, g_plan.n_tiles, &failed));
+                CHECK_OK(run_all(&g_plan, scratch, &failed));
             } else {
                 for (int k = i; k < i + taken; k++)
                     CHECK_OK(tpu_op_run(e[k].op, 0, 1));
@@ -300,7 +322,7 @@ static void test_random_programs_match_unfused(void) {
             free(fus[k]);
         }
     }
-    CHECK(multi > 50 && groups > multi);
+    CHECK(multi > 50 && groups > multi && clustered > 10);
     free(scratch);
 }
 

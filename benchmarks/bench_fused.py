@@ -1,0 +1,176 @@
+"""Fused mode against strict mode and PyTorch's CPU backend, in one run.
+
+    python benchmarks/bench_fused.py [--repeat N] [--models] [--no-write]
+
+Rows (issue 7): TorchTPU's own illustration, y = (y + 1) * 2 - 1 fifty
+times on a 5000x5000 bf16 tensor; GELU written out as its tanh formula in
+separate ops; LayerNorm written out in ops; one AdamW step (foreach=True)
+over GPT-2 small's parameter shapes; with --models, GPT-2 small's forward
+and one training step. Each row samples CPU, tpu strict and tpu fused in
+turn (suite.interleaved_all) and reports the medians, fused/strict and
+fused/CPU (below 1: fused is faster), and what the planner did
+(torch.tpu.fusion_stats). Results go between this script's markers in
+docs/benchmarks.md. A tool, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import platform
+from typing import Callable
+
+import suite  # noqa: F401  (sets OMP_WAIT_POLICY before torch starts OpenMP)
+import torch
+
+DOC = suite.DOC
+BEGIN, END = "<!-- fused:begin -->", "<!-- fused:end -->"
+
+
+def in_mode(mode: str, fn: Callable[[], object]) -> Callable[[], object]:
+    def run():
+        with torch.tpu.mode(mode):
+            return fn()
+    return run
+
+
+def chain(y):
+    for _ in range(50):
+        y = (y + 1) * 2 - 1
+    return y
+
+
+def gelu_tanh_ops(x):
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def layer_norm_ops(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    d = x - mu
+    var = (d * d).mean(-1, keepdim=True)
+    return d / torch.sqrt(var + eps) * w + b
+
+
+def gpt2_shapes() -> list[tuple[int, ...]]:
+    e, v, n, layers = 768, 50257, 1024, 12
+    shapes = [(v, e), (n, e)]
+    for _ in range(layers):
+        shapes += [(e,), (e,), (e, 3 * e), (3 * e,), (e, e), (e,), (e,), (e,), (e, 4 * e), (4 * e,),
+                   (4 * e, e), (e,)]
+    return shapes + [(e,), (e,)]
+
+
+def adamw_step(device: str):
+    torch.manual_seed(0)
+    params = [torch.randn(s, device=device, requires_grad=True) for s in gpt2_shapes()]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    return opt.step
+
+
+def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[str, int]]]:
+    out = []
+
+    def row(name, make_cpu, make_tpu, rep=repeat):
+        cpu_fn, tpu_fn = make_cpu(), make_tpu()
+        torch.tpu.reset_fusion_stats()
+        in_mode("fused", tpu_fn)()
+        torch.tpu.synchronize()
+        stats = torch.tpu.fusion_stats()
+        t = suite.interleaved_all({"cpu": cpu_fn, "strict": in_mode("strict", tpu_fn),
+                                   "fused": in_mode("fused", tpu_fn)}, rep, warmup=1)
+        out.append((name, t, stats))
+        print(f"  {name:48} strict {t['strict'] * 1e3:9.1f} ms  fused {t['fused'] * 1e3:9.1f} ms  "
+              f"CPU {t['cpu'] * 1e3:9.1f} ms  fused/strict {t['fused'] / t['strict']:.2f}", flush=True)
+
+    x = torch.randn(5000, 5000).to(torch.bfloat16)
+    xt = x.to("tpu")
+    row("(y + 1) * 2 - 1, 50 times, 5000x5000 bf16", lambda: lambda: chain(x), lambda: lambda: chain(xt))
+    g = torch.randn(4096, 4096)
+    gt = g.to("tpu")
+    row("GELU tanh formula in ops, 4096x4096 f32", lambda: lambda: gelu_tanh_ops(g),
+        lambda: lambda: gelu_tanh_ops(gt))
+    ln = torch.randn(8192, 1024)
+    w, b = torch.randn(1024), torch.randn(1024)
+    lnt, wt, bt = ln.to("tpu"), w.to("tpu"), b.to("tpu")
+    row("LayerNorm in ops, 8192x1024 f32", lambda: lambda: layer_norm_ops(ln, w, b),
+        lambda: lambda: layer_norm_ops(lnt, wt, bt))
+    row("AdamW step (foreach), GPT-2 small shapes", lambda: adamw_step("cpu"), lambda: adamw_step("tpu"),
+        rep=max(3, repeat // 2))
+    if models:
+        import transformers
+        transformers.logging.set_verbosity_error()
+        config = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257)
+        torch.manual_seed(0)
+        cpu_model = transformers.AutoModelForCausalLM.from_config(config)
+        tpu_model = transformers.AutoModelForCausalLM.from_config(config)
+        tpu_model.load_state_dict(cpu_model.state_dict())
+        tpu_model.to("tpu")
+        ids = torch.randint(0, config.vocab_size, (1, 128))
+
+        def forward(m, d):
+            x = ids.to(d)
+
+            def run():
+                with torch.no_grad():
+                    return m(x).logits
+            return run
+        row("GPT-2 small forward 1x128", lambda: forward(cpu_model.eval(), "cpu"),
+            lambda: forward(tpu_model.eval(), "tpu"), rep=max(3, repeat // 2))
+        tids = torch.randint(0, config.vocab_size, (8, 256))
+
+        def train(m, d):
+            m.train()
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
+            x = tids.to(d)
+
+            def step():
+                loss = m(x, labels=x).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            return step
+        row("GPT-2 small train step 8x256 (AdamW)", lambda: train(cpu_model, "cpu"),
+            lambda: train(tpu_model, "tpu"), rep=3)
+    return out
+
+
+def table(results) -> str:
+    lines = ["| row | CPU ms | strict ms | fused ms | fused/strict | fused/CPU | groups | records fused | "
+             "bytes not written |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, t, st in results:
+        lines.append(f"| {name} | {t['cpu'] * 1e3:.1f} | {t['strict'] * 1e3:.1f} | {t['fused'] * 1e3:.1f} | "
+                     f"{t['fused'] / t['strict']:.2f} | {t['fused'] / t['cpu']:.2f} | {st['groups']} | "
+                     f"{st['fused_records']} | {st['bytes_not_written'] / 2**20:.0f} MiB |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--models", action="store_true", help="add GPT-2 small's forward and training step")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = ap.parse_args()
+    head = (f"Run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')} with `python benchmarks/bench_fused.py"
+            f"{' --models' if args.models else ''}`. Machine: {platform.machine()}, {suite.cpu_description()}; "
+            f"torch {torch.__version__} with {torch.get_num_threads()} threads; tpu with "
+            f"{suite.torch_tpu._C._num_threads()} "
+            "kernel threads. Groups, records and bytes are one fused run's (torch.tpu.fusion_stats).")
+    print(head, flush=True)
+    text = head + "\n\n" + table(rows(args.repeat, args.models))
+    print("\n" + text)
+    if not args.no_write:
+        doc = DOC.read_text()
+        block = f"{BEGIN}\n## bench_fused.py: fused mode against strict and CPU\n\n{text}\n{END}"
+        if BEGIN in doc and END in doc:
+            pre, rest = doc.split(BEGIN, 1)
+            doc = pre + block + rest.split(END, 1)[1]
+        else:
+            doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+        DOC.write_text(doc)
+        print(f"\nwrote {DOC}")
+
+
+if __name__ == "__main__":
+    main()
