@@ -1,0 +1,178 @@
+"""Fused mode: the same bits as strict mode, what the planner reports, and
+the behaviour around it (errors, sync points, streams, memory)."""
+import math
+
+import pytest
+import torch
+
+from conftest import run_python
+
+
+def both_modes(fn, *args):
+    """fn(*args) in strict and in fused mode, results on the CPU."""
+    out = {}
+    for m in ("strict", "fused"):
+        with torch.tpu.mode(m):
+            r = fn(*args)
+            out[m] = [t.cpu() for t in r] if isinstance(r, (list, tuple)) else r.cpu()
+    return out["strict"], out["fused"]
+
+
+def assert_same_bits(a, b):
+    if isinstance(a, list):
+        for x, y in zip(a, b):
+            assert_same_bits(x, y)
+        return
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(a.view(-1).view(torch.uint8) if a.dtype != torch.bool else a,
+                       b.view(-1).view(torch.uint8) if b.dtype != torch.bool else b)
+
+
+def chain(y, n):
+    for _ in range(n):
+        y = (y + 1) * 2 - 1
+    return y
+
+
+def gelu_tanh_ops(x):
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_chains_are_bit_identical_to_strict(dtype):
+    x = torch.randn(300, 517).to(dtype).to("tpu")
+    s, f = both_modes(lambda: [chain(x, 7), gelu_tanh_ops(x), torch.sigmoid(x) * x - x.exp().log1p()])
+    assert_same_bits(s, f)
+    # and strict is CPU's answer within rounding (the oracle for the chain itself)
+    cpu = chain(x.cpu(), 7)
+    assert torch.allclose(s[0].double(), cpu.double(), rtol=1e-2, atol=1e-2)
+
+
+def test_broadcasts_views_and_in_place_are_bit_identical():
+    torch.manual_seed(0)
+    a = torch.randn(64, 96, device="tpu")
+    bias = torch.randn(96, device="tpu")
+    col = torch.randn(64, 1, device="tpu")
+
+    def program():
+        y = a * 2 + bias           # a row broadcast
+        y = y - col                # a column broadcast
+        y.mul_(0.5).add_(1)        # in place
+        z = y.t().contiguous() + 1  # a transposed read of a written value
+        w = y[:, ::2] * 3          # a strided view
+        y[:, 1::2] = w             # a strided write into a written value
+        q = a.clone()
+        q += q                     # the same tensor twice
+        return [y, z, w, q, torch.where(y > 0, y, -y), y.to(torch.bfloat16) * 2]
+    s, f = both_modes(program)
+    assert_same_bits(s, f)
+
+
+def test_planner_fuses_and_skips_freed_intermediates():
+    x = torch.randn(1000, 1000, device="tpu")
+    torch.tpu.synchronize()
+    with torch.tpu.mode("fused"):
+        torch.tpu.reset_fusion_stats()
+        y = chain(x, 5)
+        torch.tpu.synchronize()
+        st = torch.tpu.fusion_stats()
+    # 15 records in one group; every temporary but the last dies inside it
+    assert st["groups"] >= 1 and st["fused_records"] == 15
+    assert st["values_not_written"] >= 13
+    assert st["bytes_not_written"] == st["values_not_written"] * x.numel() * 4
+    del y
+
+
+def test_strict_mode_does_not_fuse():
+    x = torch.randn(1000, device="tpu")
+    with torch.tpu.mode("strict"):
+        torch.tpu.reset_fusion_stats()
+        chain(x, 5).cpu()
+    assert torch.tpu.fusion_stats()["groups"] == 0
+
+
+def test_kernel_error_in_a_group_names_the_op_at_sync():
+    with torch.tpu.mode("fused"):
+        a = torch.full((4096,), 7, dtype=torch.int32, device="tpu")
+        b = torch.zeros(4096, dtype=torch.int32, device="tpu")
+        c = (torch.div(a + 1, b, rounding_mode="trunc") * 2) - 1
+        with pytest.raises(RuntimeError, match="aten::div") as info:
+            torch.tpu.synchronize()
+        assert "division by zero" in str(info.value)
+        torch.tpu.synchronize()  # reported once
+        assert (torch.ones(5, device="tpu") * 2 + 1).sum().item() == 15
+        del c
+
+
+def test_query_alone_sees_held_work_finish():
+    x = torch.randn(100000, device="tpu")
+    torch.tpu.synchronize()
+    with torch.tpu.mode("fused"):
+        y = x * 2 + 1
+        s = torch.tpu.current_stream()
+        for _ in range(5000):
+            if s.query():
+                break
+            import time
+            time.sleep(0.001)
+        assert s.query()
+        assert torch.equal(y.cpu(), x.cpu() * 2 + 1)
+
+
+def test_streams_and_events_order_fused_work():
+    x = torch.randn(256, 256, device="tpu")
+    with torch.tpu.mode("fused"):
+        side = torch.tpu.Stream()
+        done = torch.tpu.Event()
+        with torch.tpu.stream(side):
+            y = chain(x, 4)
+            done.record()
+        torch.tpu.current_stream().wait_event(done)
+        z = y * 3
+        done.synchronize()
+        expect = chain(x.cpu(), 4) * 3
+    assert torch.allclose(z.cpu(), expect)
+
+
+def test_training_in_fused_mode_matches_strict_and_uses_no_more_memory():
+    def train(mode):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(approximate="tanh"),
+                                    torch.nn.LayerNorm(128), torch.nn.Linear(128, 8)).to("tpu")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+        data = torch.randn(32, 64, device="tpu")
+        target = torch.randn(32, 8, device="tpu")
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        losses = []
+        with torch.tpu.mode(mode):
+            for _ in range(5):
+                loss = torch.nn.functional.mse_loss(model(data), target)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                losses.append(loss.detach())
+            torch.tpu.synchronize()
+        return torch.stack(losses).cpu(), torch.tpu.max_memory_allocated(), [p.detach().cpu() for p in model.parameters()]
+    ls, ms, ps = train("strict")
+    torch.tpu.reset_fusion_stats()
+    lf, mf, pf = train("fused")
+    assert torch.tpu.fusion_stats()["groups"] > 0
+    assert_same_bits(ls, lf)
+    assert_same_bits(ps, pf)
+    assert mf <= ms
+
+
+def test_fuse_log_prints_each_group():
+    r = run_python(
+        """
+        import torch
+        torch.tpu.set_mode("fused")
+        x = torch.randn(1000, device="tpu")
+        ((x + 1) * 2 - 1).cpu()
+        """,
+        {"TORCH_TPU_FUSE_LOG": "1", "TORCH_TPU_DEFER_AND_FUSE": "0"},
+    )
+    assert r.returncode == 0, r.stderr
+    assert "tpu fuse: tpu:0 stream 0: 3 records" in r.stderr
+    assert "values not written" in r.stderr
