@@ -124,6 +124,7 @@ def test_streams_and_events_order_fused_work():
     with torch.tpu.mode("fused"):
         side = torch.tpu.Stream()
         done = torch.tpu.Event()
+        side.wait_stream(torch.tpu.current_stream())  # x was made on the current stream
         with torch.tpu.stream(side):
             y = chain(x, 4)
             done.record()
