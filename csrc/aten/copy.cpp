@@ -7,8 +7,9 @@
 //   - pageable host memory: the copy has finished when the call returns;
 //   - pinned host memory with non_blocking=True: the call returns at once;
 //     the pinned block is kept alive until the copy has run;
-//   - chip i -> chip j: chip j's stream waits for chip i's stream, and the
-//     source block is recorded on chip j's stream so it is not reused early.
+//   - chip i -> chip j: chip j's stream waits for chip i's stream, chip i's
+//     stream then waits for the copy (so later writes to the source cannot
+//     overtake it), and the source block is recorded on chip j's stream.
 #include <ATen/MemoryOverlap.h>
 #include <ATen/native/Resize.h>
 #include <torch/library.h>
@@ -20,6 +21,10 @@ extern "C" {
 }
 
 namespace torch_tpu {
+
+// self.fill_(value) on the device (csrc/aten/tensor.cpp): a FILL record.
+at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value);
+
 namespace {
 
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
@@ -118,6 +123,15 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
     TPU_CHECK_STATUS(st);
     submit_copy(to, dst, src);
     TPU_CHECK_STATUS(tpu_mem_record_stream(src.storage().mutable_data(), dst_stream));
+    // And the source chip's stream waits for the copy, so that work queued
+    // there later (an in-place write to the source) cannot run before the
+    // copy has read it, as CUDA orders copies between devices.
+    tpu_event* copied = nullptr;
+    TPU_CHECK_STATUS(tpu_event_create(&copied));
+    st = tpu_event_record(copied, dst_stream);
+    if (st == TPU_OK) st = tpu_stream_wait_event(src_stream, copied);
+    tpu_event_free(copied);
+    TPU_CHECK_STATUS(st);
     return;
   }
 
@@ -125,6 +139,16 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
     // host -> tpu
     const c10::DeviceIndex chip = dst.device().index();
     const bool async = non_blocking && is_pinned_host_ptr(src.storage().data());
+    if (src_in.numel() == 1 && !async && !src.is_complex()) {
+      // One host value (a wrapped Python scalar, a CPU 0-dim tensor): it
+      // rides in a FILL record, converted on the CPU exactly as the copy
+      // would convert it. Nothing to wait for: the host memory is read now.
+      // Without this every such copy synchronised the stream (and in fused
+      // mode cut every foreach optimizer step into single records).
+      at::Tensor& out = const_cast<at::Tensor&>(dst);
+      fill_scalar(out, src_in.reshape({}).to(dst.scalar_type()).item());
+      return;
+    }
     submit_copy(chip, dst, src);
     if (async)
       keep_alive_until_done(current_c_stream(chip), src);

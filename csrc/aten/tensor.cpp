@@ -128,6 +128,8 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
+}  // namespace
+
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() == 0) return self;
   tpu_dtype dt;
@@ -152,6 +154,8 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   });
   return self;
 }
+
+namespace {
 
 at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),

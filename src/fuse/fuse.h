@@ -23,9 +23,13 @@
  * reads. Two views of one cluster that share a byte, one of them written,
  * must be the very same view (data, dtype and address of every element),
  * so every byte is touched at the same tile index by every record that
- * touches it; views of different clusters never share a byte that either
- * writes, so running one cluster before another reorders only records
- * that touch disjoint memory.
+ * touches it. Views of different clusters share a byte that one writes
+ * only when an earlier cluster writes it and later ones only read it
+ * afterwards (a scalar filled, then broadcast into a foreach step's
+ * per-tensor records): clusters run in the order they were formed, so
+ * every read still follows the write. Records whose kernel would take
+ * another path on a tile than on the whole tensor (vector math on a
+ * strided view) are not fused at all.
  *
  * Everything here is a pure function of the records: no locks, no
  * threads, no allocation. The stream (runtime/stream.c) decides when to
@@ -39,11 +43,13 @@
 #include "tpu/op.h"
 
 /* Limits of one group; a run longer than this is cut into several. */
-#define TPU_FUSE_MAX_OPS 512     /* records */
-#define TPU_FUSE_MAX_VIEWS 256   /* distinct tensor views */
-#define TPU_FUSE_MAX_CLUSTERS 16 /* element counts */
-#define TPU_FUSE_MAX_SLOTS 8   /* scratch tiles per thread (values never written) */
-#define TPU_FUSE_MAX_OPERANDS 4 /* out and up to 3 inputs of an element-wise record */
+#define TPU_FUSE_MAX_OPS 2048     /* records */
+#define TPU_FUSE_MAX_VIEWS 4096   /* distinct tensor views */
+#define TPU_FUSE_MAX_STORAGES 2048 /* distinct storages (allocations) the views lie in */
+#define TPU_FUSE_MAX_CLUSTERS 16  /* element counts */
+#define TPU_FUSE_MAX_SLOTS 8      /* scratch tiles per thread (values never written) */
+#define TPU_FUSE_MAX_OPERANDS 4   /* out and up to 3 inputs of an element-wise record */
+#define TPU_FUSE_HASH 4096        /* storage hash slots, a power of two > MAX_STORAGES */
 /* Elements of one tile, at most: with TPU_FUSE_MAX_SLOTS of them, each of
  * up to 8 bytes, a thread's scratch is 1 MiB. */
 #define TPU_FUSE_TILE_MAX 16384
@@ -67,8 +73,20 @@ typedef struct {
     int64_t csizes[TPU_MAX_DIMS], cstrides[TPU_MAX_DIMS];
     int64_t gstrides[TPU_MAX_DIMS]; /* strides (elements) over its cluster's dims */
     int32_t cluster;
+    int32_t storage;                /* its storage's index, and the next view of it (-1: none) */
+    int32_t next_of_storage;
     bool written;
+    bool read_later; /* read by a later cluster: never in scratch, never written again */
 } tpu_fuse_view;
+
+/* An allocation views of the group lie in. Views of different storages
+ * never share a byte: the planner ends a group rather than admit a
+ * storage that overlaps another one (a storage made over part of
+ * another's memory). */
+typedef struct {
+    uintptr_t lo, hi;
+    int32_t first_view; /* its views, newest first (-1: none) */
+} tpu_fuse_storage;
 
 /* One record of a group: which view each operand is (k = 0 is out, k = 1
  * .. n_in the inputs), and where its tile lives: slot[k] >= 0 is that
@@ -95,6 +113,7 @@ typedef struct {
     int32_t n_bounds;
     int64_t bounds[TPU_MAX_DIMS + 1];
     int32_t n_steps;
+    int32_t first;   /* its steps are order[first .. first + n_steps) of the plan */
     int32_t n_slots; /* scratch tiles it uses (<= TPU_FUSE_MAX_SLOTS) */
     int32_t tile_dim;
     int64_t tile_block, tile_elems, n_tiles;
@@ -108,6 +127,11 @@ typedef struct {
     tpu_fuse_view views[TPU_FUSE_MAX_VIEWS];
     int32_t n_clusters;
     tpu_fuse_cluster clusters[TPU_FUSE_MAX_CLUSTERS];
+    int32_t order[TPU_FUSE_MAX_OPS]; /* step indices by cluster, stream order within each */
+    /* Planning state: the storages and their hash (index + 1, 0 empty). */
+    int32_t n_storages;
+    tpu_fuse_storage storages[TPU_FUSE_MAX_STORAGES];
+    int32_t hash[TPU_FUSE_HASH];
     /* What the group saves: values kept in scratch instead of memory. */
     int32_t n_elided;
     int64_t bytes_elided;

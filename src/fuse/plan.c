@@ -6,6 +6,20 @@
 
 #include "fuse.h"
 
+/* Row-major contiguous once size-1 dims are dropped: every tile of it is
+ * contiguous too. */
+static bool contiguous(const tpu_tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->sizes[d] == 1)
+            continue;
+        if (t->strides[d] != expect)
+            return false;
+        expect *= t->sizes[d];
+    }
+    return true;
+}
+
 bool tpu_fuse_fusable(const tpu_op *op) {
     switch (op->code) {
     case TPU_OP_UNARY:
@@ -29,6 +43,14 @@ bool tpu_fuse_fusable(const tpu_op *op) {
     for (int d = 0; d < op->out.ndim; d++)
         if (op->out.sizes[d] == 0)
             return false;
+    /* A kernel whose bytes depend on the layout (its fast path and its
+     * reference may round differently) must see the same kind of layout
+     * on every tile as on the whole: contiguous operands stay contiguous
+     * on tiles; a strided view could turn contiguous on a tile. */
+    if (tpu_op_layout_sensitive(op))
+        for (int k = 0; k <= op->n_in; k++)
+            if (!contiguous(k == 0 ? &op->out : &op->in[k - 1]))
+                return false;
     return true;
 }
 
@@ -167,6 +189,61 @@ static int64_t numel_of(const tpu_tensor *t) {
     return n;
 }
 
+/* The index of the storage starting at ptr, or -1. */
+static int find_storage(const tpu_fuse_plan *p, uintptr_t ptr) {
+    for (uint32_t h = (uint32_t)((ptr >> 6) * 2654435761u) & (TPU_FUSE_HASH - 1);;
+         h = (h + 1) & (TPU_FUSE_HASH - 1)) {
+        int32_t i = p->hash[h] - 1;
+        if (i < 0)
+            return -1;
+        if (p->storages[i].lo == ptr)
+            return i;
+    }
+}
+
+/* The storage of tensor t: found, or added (then *added is set); -1 when
+ * the table is full or t's storage overlaps another one of the group. */
+static int storage_of(tpu_fuse_plan *p, const tpu_tensor *t, bool *added) {
+    uintptr_t lo = (uintptr_t)t->storage, hi = lo + (uintptr_t)t->storage_nbytes;
+    int i = find_storage(p, lo);
+    if (i >= 0)
+        return p->storages[i].hi == hi ? i : -1;
+    if (p->n_storages == TPU_FUSE_MAX_STORAGES)
+        return -1;
+    for (int k = 0; k < p->n_storages; k++)
+        if (p->storages[k].lo < hi && lo < p->storages[k].hi)
+            return -1;
+    i = p->n_storages++;
+    p->storages[i] = (tpu_fuse_storage){lo, hi, -1};
+    uint32_t h = (uint32_t)((lo >> 6) * 2654435761u) & (TPU_FUSE_HASH - 1);
+    while (p->hash[h])
+        h = (h + 1) & (TPU_FUSE_HASH - 1);
+    p->hash[h] = i + 1;
+    *added = true;
+    return i;
+}
+
+/* Forgets the storages added for a record that was not taken (the last
+ * `n` added). */
+static void drop_storages(tpu_fuse_plan *p, int n) {
+    for (; n > 0; n--) {
+        int i = --p->n_storages;
+        uint32_t h = (uint32_t)((p->storages[i].lo >> 6) * 2654435761u) & (TPU_FUSE_HASH - 1);
+        while (p->hash[h] != i + 1)
+            h = (h + 1) & (TPU_FUSE_HASH - 1);
+        /* Linear probing: re-insert the entries after the hole. */
+        p->hash[h] = 0;
+        for (h = (h + 1) & (TPU_FUSE_HASH - 1); p->hash[h]; h = (h + 1) & (TPU_FUSE_HASH - 1)) {
+            int32_t j = p->hash[h];
+            p->hash[h] = 0;
+            uint32_t g = (uint32_t)((p->storages[j - 1].lo >> 6) * 2654435761u) & (TPU_FUSE_HASH - 1);
+            while (p->hash[g])
+                g = (g + 1) & (TPU_FUSE_HASH - 1);
+            p->hash[g] = j;
+        }
+    }
+}
+
 /* Tries to add record `op` as the next step: true (and the step filled,
  * views added) when it keeps the group safe and within its limits, else
  * false and the plan unchanged. */
@@ -184,28 +261,48 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
         merged.n = p->clusters[c].n_bounds;
         memcpy(merged.b, p->clusters[c].bounds, sizeof merged.b);
     }
-    int n_operands = 1 + op->n_in;
+    int n_operands = 1 + op->n_in, n_added = 0;
+    int reads_later[TPU_FUSE_MAX_OPERANDS * 4], n_reads_later = 0;
     tpu_fuse_view nv[TPU_FUSE_MAX_OPERANDS];
     int idx[TPU_FUSE_MAX_OPERANDS], n_new = 0;
     for (int k = 0; k < n_operands; k++) {
         describe(operand(op, k), &nv[k]);
         nv[k].cluster = c;
+        bool added = false;
+        nv[k].storage = storage_of(p, operand(op, k), &added);
+        n_added += added;
         boundaries b;
         boundaries_of(nv[k].csizes, nv[k].cdims, &b);
-        if (!refine(&merged, &b))
+        if (nv[k].storage < 0 || !refine(&merged, &b)) {
+            drop_storages(p, n_added);
             return false;
-        /* Find it among the group's views. Any other view sharing a byte
-         * with it is a conflict if either side is written (out is): in
-         * its cluster because tiles would reorder the accesses, in another
-         * because clusters run one after another. */
+        }
+        /* Find it among the views of its storage (no other view can share
+         * a byte with it). Any other view sharing a byte with it is a
+         * conflict if either side is written (out is): in its cluster
+         * because tiles would reorder the accesses, in another because
+         * clusters run one after another. */
         idx[k] = -1;
-        for (int v = 0; v < p->n_views; v++) {
-            if (!overlap(&nv[k], &p->views[v]))
+        for (int v = p->storages[nv[k].storage].first_view; v >= 0; v = p->views[v].next_of_storage) {
+            const tpu_fuse_view *w = &p->views[v];
+            if (!overlap(&nv[k], w))
                 continue;
-            if (p->views[v].cluster == c && same_view(&nv[k], &p->views[v]))
+            bool conflict;
+            if (w->cluster == c && same_view(&nv[k], w)) {
                 idx[k] = v;
-            else if (k == 0 || p->views[v].written)
+                conflict = k == 0 && w->read_later; /* a later cluster reads the old value */
+            } else if (k > 0 && w->cluster < c) {
+                /* A read of what an earlier cluster wrote: it has run by then. */
+                if (w->written && n_reads_later < TPU_FUSE_MAX_OPERANDS * 4)
+                    reads_later[n_reads_later++] = v;
+                conflict = w->written && n_reads_later == TPU_FUSE_MAX_OPERANDS * 4;
+            } else {
+                conflict = k == 0 || w->written;
+            }
+            if (conflict) {
+                drop_storages(p, n_added);
                 return false;
+            }
         }
         /* An operand equal to an earlier operand of this record that is
          * new to the group (a + a) shares its view. */
@@ -213,8 +310,10 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
             if (idx[j] <= -2 && same_view(&nv[k], &nv[j]))
                 idx[k] = idx[j];
         if (idx[k] == -1) {
-            if (p->n_views + n_new == TPU_FUSE_MAX_VIEWS)
+            if (p->n_views + n_new == TPU_FUSE_MAX_VIEWS) {
+                drop_storages(p, n_added);
                 return false;
+            }
             idx[k] = -2 - n_new++; /* new: placed below once the record is taken */
         }
     }
@@ -230,8 +329,12 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     cl->n_steps++;
     int base = p->n_views;
     for (int k = 0; k < n_operands; k++)
-        if (idx[k] <= -2 && base + (-2 - idx[k]) == p->n_views)
+        if (idx[k] <= -2 && base + (-2 - idx[k]) == p->n_views) {
+            tpu_fuse_storage *st = &p->storages[nv[k].storage];
+            nv[k].next_of_storage = st->first_view;
+            st->first_view = p->n_views;
             p->views[p->n_views++] = nv[k];
+        }
     tpu_fuse_step *s = &p->steps[p->n_steps++];
     s->op = op;
     s->entry = entry;
@@ -242,42 +345,48 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
         s->slot[k] = -1;
     }
     p->views[s->view[0]].written = true;
+    for (int r = 0; r < n_reads_later; r++)
+        p->views[reads_later[r]].read_later = true;
     return true;
 }
 
-/* Whether entry e (a free marker) kills view v: v lies in the freed block. */
+/* The views a free marker kills: those of the storage the freed block
+ * starts with that lie inside the block (-1 ends the list). A view of
+ * another storage inside the block is not seen: it is then written, which
+ * is only a missed saving. */
+static int first_killed(const tpu_fuse_plan *p, const tpu_fuse_entry *e) {
+    int i = find_storage(p, (uintptr_t)e->free_ptr);
+    return i < 0 ? -1 : p->storages[i].first_view;
+}
+
 static bool marker_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
     uintptr_t lo = (uintptr_t)e->free_ptr, hi = lo + (uintptr_t)e->free_nbytes;
     return v->lo >= lo && v->hi <= hi;
 }
 
-/* Whether the value step i writes dies inside the group: a later step
- * writes the same view, or a marker frees its block, before the group
- * ends (entries [0, n_entries)). Readers in between are all in the group. */
-static bool dies_inside(const tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries,
-                        int i) {
-    int v = p->steps[i].view[0];
-    int next_step = i + 1;
-    for (int e = p->steps[i].entry + 1; e < n_entries; e++) {
+/* Gives each value that dies inside the group (a later step writes the
+ * same view, or a marker frees its block, before the group ends: nobody
+ * outside the group can read it) a scratch slot of its cluster while one
+ * is free. A backward pass finds which values die; a forward pass hands
+ * out the slots: inputs read the slot their view's value is in, and a
+ * value's slot is free again once the value is dead. Clusters run one at a
+ * time, so each has all the slots. */
+static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries) {
+    static _Thread_local int32_t cur[TPU_FUSE_MAX_VIEWS];
+    static _Thread_local bool killed[TPU_FUSE_MAX_VIEWS], dies[TPU_FUSE_MAX_OPS];
+    memset(killed, 0, (size_t)p->n_views * sizeof killed[0]);
+    for (int e = n_entries - 1, i = p->n_steps - 1; e >= 0; e--) {
         if (entries[e].op == NULL) {
-            if (marker_kills(&entries[e], &p->views[v]))
-                return true;
+            for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
+                if (marker_kills(&entries[e], &p->views[v]))
+                    killed[v] = true;
             continue;
         }
-        /* entries[e] is step next_step */
-        if (p->steps[next_step].view[0] == v)
-            return true;
-        next_step++;
+        int v = p->steps[i].view[0];
+        dies[i] = killed[v];
+        killed[v] = true; /* this write ends the value before it */
+        i--;
     }
-    return false;
-}
-
-/* Gives each value that dies inside the group a scratch slot of its
- * cluster while one is free, walking the entries in order: inputs read the
- * slot their view's value is in; a value's slot is free again once the
- * value is dead. Clusters run one at a time, so each has all the slots. */
-static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries) {
-    int32_t cur[TPU_FUSE_MAX_VIEWS];
     bool busy[TPU_FUSE_MAX_CLUSTERS][TPU_FUSE_MAX_SLOTS];
     memset(busy, 0, sizeof busy);
     for (int v = 0; v < p->n_views; v++)
@@ -287,7 +396,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
     int i = 0;
     for (int e = 0; e < n_entries; e++) {
         if (entries[e].op == NULL) {
-            for (int v = 0; v < p->n_views; v++)
+            for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
                 if (cur[v] >= 0 && marker_kills(&entries[e], &p->views[v])) {
                     busy[p->views[v].cluster][cur[v]] = false;
                     cur[v] = -1;
@@ -296,16 +405,16 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         }
         tpu_fuse_step *s = &p->steps[i];
         tpu_fuse_cluster *cl = &p->clusters[s->cluster];
-        bool *free_slots = busy[s->cluster];
+        bool *taken = busy[s->cluster];
         for (int k = 1; k < s->n_operands; k++)
             s->slot[k] = cur[s->view[k]];
         int v = s->view[0], old = cur[v], slot = -1;
-        if (dies_inside(p, entries, n_entries, i))
+        if (dies[i] && !p->views[v].read_later)
             for (int c = 0; c < TPU_FUSE_MAX_SLOTS && slot < 0; c++)
-                if (!free_slots[c])
+                if (!taken[c])
                     slot = c;
         if (slot >= 0) {
-            free_slots[slot] = true;
+            taken[slot] = true;
             if (slot + 1 > cl->n_slots)
                 cl->n_slots = slot + 1;
             p->n_elided++;
@@ -314,9 +423,21 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         s->slot[0] = slot;
         cur[v] = slot;
         if (old >= 0)
-            free_slots[old] = false;
+            taken[old] = false;
         i++;
     }
+}
+
+/* Lists each cluster's steps together, in stream order (a counting sort). */
+static void order_steps(tpu_fuse_plan *p) {
+    int32_t next[TPU_FUSE_MAX_CLUSTERS];
+    for (int c = 0, at = 0; c < p->n_clusters; c++) {
+        p->clusters[c].first = at;
+        next[c] = at;
+        at += p->clusters[c].n_steps;
+    }
+    for (int i = 0; i < p->n_steps; i++)
+        p->order[next[p->steps[i].cluster]++] = i;
 }
 
 /* A cluster's dims, outermost first, from its boundaries. */
@@ -370,6 +491,8 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
     p->n_steps = 0;
     p->n_views = 0;
     p->n_clusters = 0;
+    p->n_storages = 0;
+    memset(p->hash, 0, sizeof p->hash);
     int taken = 0;
     while (taken < n) {
         const tpu_fuse_entry *e = &entries[taken];
@@ -388,6 +511,7 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
         cluster_strides(&p->views[v], cl->sizes, cl->ndim);
     }
     assign_slots(p, entries, taken);
+    order_steps(p);
     for (int c = 0; c < p->n_clusters; c++)
         plan_tiles(p, c);
     return taken;

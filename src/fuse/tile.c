@@ -63,10 +63,9 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
     for (int64_t t = t0; t < t1; t++) {
         tile_pos tp;
         locate(cl, t, &tp);
-        for (int i = 0; i < p->n_steps; i++) {
+        for (int j = cl->first; j < cl->first + cl->n_steps; j++) {
+            int i = p->order[j];
             const tpu_fuse_step *s = &p->steps[i];
-            if (s->cluster != c)
-                continue;
             memcpy(&op, s->op, sizeof op);
             for (int k = 0; k < s->n_operands; k++)
                 cut(p, cl, &tp, s->view[k], s->slot[k], scratch,

@@ -403,6 +403,11 @@ bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn) {
            fn == TPU_UNARY_SILU || fn == TPU_UNARY_MISH;
 }
 
+bool tpu_op_layout_sensitive(const tpu_op *op) {
+    return op != NULL && op->code == TPU_OP_UNARY && op->fn >= 0 && op->fn < TPU_UNARY_COUNT &&
+           tpu_k_unary_uses_vecmath((tpu_unary_fn)op->fn);
+}
+
 /* Fast path: a float-result function on f32/f16/bf16 (aligned), out in
  * the common dtype, input and out dense with the same layout (the common
  * case: a contiguous tensor, or out allocated like its input). The input

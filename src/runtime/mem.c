@@ -7,8 +7,9 @@
  * cache is returned to the target when capacity runs short, after the
  * streams that may still use it have drained.
  *
- * record_stream adds (stream, its submitted_seq) uses to a live block; a
- * block freed before those records have run waits on the pending list
+ * record_stream adds a use by a stream to a live block; at free time it
+ * stands for everything queued on that stream so far (CUDA's meaning), and
+ * a block freed before those records have run waits on the pending list
  * and joins its cache list once they have (checked lazily, on the next
  * allocation or empty_cache).
  *
@@ -392,11 +393,15 @@ static void free_block(allocator *a, block *b) {
     b->free_seq = own ? tpu_stream_submitted_seq(own) : 0;
     a->cached_bytes += b->size;
 
-    /* Keep only uses that have not run yet. */
+    /* As on CUDA, a recorded stream may use the block until the work
+     * queued on it by now has run (not only what was queued when
+     * record_stream was called). Keep only uses that have not run yet. */
     int kept = 0;
-    for (int i = 0; i < b->n_uses; i++)
+    for (int i = 0; i < b->n_uses; i++) {
+        b->uses[i].seq = tpu_stream_submitted_seq(b->uses[i].stream);
         if (tpu_stream_completed_seq(b->uses[i].stream) < b->uses[i].seq)
             b->uses[kept++] = b->uses[i];
+    }
     b->n_uses = kept;
     if (kept > 0) {
         b->next = a->pending;
@@ -422,7 +427,8 @@ static void queue_free_marker(const void *ptr, int chips) {
         int index = b ? b->stream : 0;
         size_t size = b ? b->size : 0;
         for (int i = 0; b && i < b->n_uses; i++)
-            if (tpu_stream_completed_seq(b->uses[i].stream) < b->uses[i].seq)
+            if (tpu_stream_completed_seq(b->uses[i].stream) <
+                tpu_stream_submitted_seq(b->uses[i].stream))
                 pending = true;
         pthread_mutex_unlock(&a->lock);
         if (!b)

@@ -722,6 +722,14 @@ TPU_API const char *tpu_op_fn_name(tpu_op_code code, int32_t fn);
  * elements). False for other families and values outside the enums. */
 TPU_API bool tpu_op_fn_takes(tpu_op_code code, int32_t fn, tpu_dtype dt);
 
+/* True if the bytes a checked record gives may depend on its operands'
+ * layout, not only on their values: its fast path (taken for dense,
+ * alike-laid-out operands) and its reference path round differently
+ * within the stated ulps. Today: the UNARY functions computed with vector
+ * math (exp, tanh, sigmoid, ...) on a float common dtype. The fusion
+ * planner keeps such records whole unless every operand is contiguous. */
+TPU_API bool tpu_op_layout_sensitive(const tpu_op *op);
+
 /* Number of function codes of a family (1 for COPY, whose fn is 0); 0
  * outside the enum. */
 TPU_API int32_t tpu_op_fn_count(tpu_op_code code);
