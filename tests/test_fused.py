@@ -177,3 +177,29 @@ def test_fuse_log_prints_each_group():
     assert r.returncode == 0, r.stderr
     assert "tpu fuse: tpu:0 stream 0: 3 records" in r.stderr
     assert "values not written" in r.stderr
+
+
+def test_foreach_steps_fuse_across_tensors():
+    """A foreach step's per-tensor records (each with its scalar filled
+    into a 0-d tensor) run as one group, with strict mode's bits."""
+    torch.manual_seed(0)
+    shapes = [(64, 33), (7,), (64, 33), (128,), (3, 5, 7)]
+
+    def step():
+        ps = [torch.randn(s, device="tpu") for s in shapes]
+        gs = [torch.randn(s, device="tpu") for s in shapes]
+        torch._foreach_mul_(ps, 0.9)
+        torch._foreach_add_(ps, gs, alpha=-0.1)
+        sq = torch._foreach_sqrt(torch._foreach_abs(gs))
+        torch._foreach_addcdiv_(ps, gs, torch._foreach_add(sq, 1e-3), value=0.5)
+        return ps
+    torch.manual_seed(1)
+    s, _ = both_modes(step)
+    torch.manual_seed(1)
+    torch.tpu.synchronize()
+    with torch.tpu.mode("fused"):
+        torch.tpu.reset_fusion_stats()
+        f = [t.cpu() for t in step()]
+        st = torch.tpu.fusion_stats()
+    assert_same_bits(s, f)
+    assert st["groups"] >= 1 and st["fused_records"] >= 4 * len(shapes)

@@ -93,3 +93,49 @@ def test_stream_context_rejects_non_tpu_streams():
         torch.tpu.stream("tpu:0")
     with torch.tpu.stream(None):
         pass
+
+
+def test_record_stream_covers_work_queued_after_it():
+    """As on CUDA: record_stream(s) before the use on s still keeps the
+    block from reuse until what s queued by the free has run."""
+    big = torch.randn(512, 512, device="tpu")
+    side = torch.tpu.Stream()
+    for _ in range(5):
+        torch.tpu.synchronize()
+        with torch.tpu.stream(side):
+            t = torch.full((1 << 18,), 1.0, device="tpu")
+        torch.tpu.current_stream().wait_stream(side)
+        t.record_stream(torch.tpu.current_stream())  # before the use
+        _ = big @ big  # keeps the current stream busy
+        u = t * 3
+        del t
+        with torch.tpu.stream(side):
+            v = torch.full((1 << 18,), 100.0, device="tpu")  # may reuse t's block
+        torch.tpu.synchronize()
+        assert torch.equal(u.cpu(), torch.full((1 << 18,), 3.0))
+        del v
+
+
+@pytest.mark.skipif(torch.tpu.device_count() < 2, reason="needs two virtual chips (TORCH_TPU_CHIPS=2)")
+def test_copy_between_chips_is_not_overtaken_by_a_later_write_to_the_source():
+    xc = torch.randn(1000, 1000)
+    x0 = xc.to("tpu:0")
+    for _ in range(5):
+        a = x0 * 2
+        b = a.to("tpu:1")
+        a.add_(1)  # queued on chip 0 after the copy
+        assert torch.equal(b.cpu(), xc * 2)
+
+
+def test_one_element_host_copies_convert_as_cpu():
+    for src in [torch.tensor(2.5), torch.tensor([-7], dtype=torch.int64), torch.tensor(True),
+                torch.tensor(float("nan")), torch.tensor(1e30, dtype=torch.float64), torch.tensor(300)]:
+        for dt in [torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.uint8, torch.int64,
+                   torch.bool, torch.float64]:
+            dst = torch.empty(3, 2, dtype=dt, device="tpu")
+            dst.copy_(src)
+            want = torch.empty(3, 2, dtype=dt)
+            want.copy_(src)
+            got = dst.cpu()
+            assert torch.equal(got, want) or (dt.is_floating_point and torch.isnan(want).all() and torch.isnan(got).all()), (src, dt)
+    assert torch.equal(torch.tensor(2 ** 60 + 1).to("tpu").cpu(), torch.tensor(2 ** 60 + 1))
