@@ -377,3 +377,26 @@ def test_every_isa_level_gives_the_same_bits():
     assert len(set(digests.values())) == 1, digests
     r = run_python("import torch; torch.ones(1, device='tpu')", {"TORCH_TPU_ISA": "sse9"})
     assert r.returncode != 0 and "TORCH_TPU_ISA='sse9' is not valid" in r.stderr
+
+
+def test_foreach_mul_with_host_scalars_matches_cpu():
+    """The native _foreach_mul_ (Scalar and ScalarList) against CPU's,
+    dtype rules and errors included."""
+    cpu = [torch.randn(5, 3), torch.randn(7), torch.randn(()).to(torch.bfloat16), torch.randn(4).double()]
+    tpu = [t.to("tpu") for t in cpu]
+    for args in [(0.5,), ([0.5, 2.0, -3.0, 2],)]:
+        torch._foreach_mul_(cpu, *args)
+        torch._foreach_mul_(tpu, *args)
+        for c, t in zip(cpu, tpu):
+            assert t.dtype == c.dtype and torch.equal(t.cpu(), c)
+    ints_cpu, ints_tpu = [torch.arange(4), torch.arange(3)], [torch.arange(4, device="tpu"), torch.arange(3, device="tpu")]
+    torch._foreach_mul_(ints_cpu, [3, -2])
+    torch._foreach_mul_(ints_tpu, [3, -2])
+    assert all(torch.equal(t.cpu(), c) for c, t in zip(ints_cpu, ints_tpu))
+    with pytest.raises(RuntimeError, match="same number of elements as scalar list"):
+        torch._foreach_mul_(tpu, [1.0])
+    with pytest.raises(RuntimeError) as cpu_err:
+        torch._foreach_mul_([torch.arange(3)], 0.5)  # an integer tensor cannot take a float product in place
+    with pytest.raises(RuntimeError) as tpu_err:
+        torch._foreach_mul_([torch.arange(3, device="tpu")], 0.5)
+    assert type(cpu_err.value) is type(tpu_err.value)
