@@ -146,6 +146,29 @@ static bool where_f32(const tpu_op *op, int ith, int nth) {
     return true;
 }
 
+/* lerp with one weight w (the optimizers' case). fmaf is one rounding
+ * in both: without FMA instructions at compile time it is a libm call per
+ * element, so CPUs with AVX2 and FMA take a variant compiled for them
+ * (the same bytes, chosen at run time). */
+#define LERP_SCALAR_W_BODY                                                                         \
+    if (fabsf(w) < 0.5f) {                                                                         \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            out[i] = CANON_F32(fmaf(w, b[i] - a[i], a[i]));                                        \
+    } else {                                                                                       \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            out[i] = CANON_F32(fmaf(w - 1.0f, b[i] - a[i], b[i]));                                 \
+    }
+
+static void lerp_scalar_w(float *out, const float *a, const float *b, float w, int64_t n) {
+    LERP_SCALAR_W_BODY
+}
+
+__attribute__((target("avx2,fma"))) static void lerp_scalar_w_avx2(float *out, const float *a,
+                                                                   const float *b, float w,
+                                                                   int64_t n) {
+    LERP_SCALAR_W_BODY
+}
+
 tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
@@ -181,14 +204,10 @@ tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
         }
     }
     if (sa == 1 && sb == 1 && sc == 0 && fn == TPU_TERNARY_LERP) {
-        const float w = c[0];
-        if (fabsf(w) < 0.5f) {
-            for (int64_t i = 0; i < n; i++)
-                out[i] = CANON_F32(fmaf(w, b[i] - a[i], a[i]));
-        } else {
-            for (int64_t i = 0; i < n; i++)
-                out[i] = CANON_F32(fmaf(w - 1.0f, b[i] - a[i], b[i]));
-        }
+        if (tpu_kernels_get_isa() >= TPU_ISA_AVX2)
+            lerp_scalar_w_avx2(out, a, b, c[0], n);
+        else
+            lerp_scalar_w(out, a, b, c[0], n);
         return TPU_OK;
     }
     for (int64_t i = 0; i < n; i++)
