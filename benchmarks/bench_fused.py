@@ -120,19 +120,8 @@ def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[st
             lambda: forward(tpu_model.eval(), "tpu"), rep=max(3, repeat // 2))
         tids = torch.randint(0, config.vocab_size, (8, 256))
 
-        def train(m, d):
-            m.train()
-            opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
-            x = tids.to(d)
-
-            def step():
-                loss = m(x, labels=x).loss
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            return step
-        row("GPT-2 small train step 8x256 (AdamW)", lambda: train(cpu_model, "cpu"),
-            lambda: train(tpu_model, "tpu"), rep=3)
+        row("GPT-2 small train step 8x256 (AdamW)", lambda: suite.train_step(cpu_model, tids),
+            lambda: suite.train_step(tpu_model, tids.to("tpu")), rep=3)
     return out
 
 

@@ -237,6 +237,20 @@ def attention_rows(full: bool, repeat: int) -> list[Row]:
     return rows
 
 
+def train_step(model: torch.nn.Module, ids: torch.Tensor) -> Callable[[], None]:
+    """One causal-LM training step (forward, backward, AdamW foreach) on
+    `ids`, the labels being the inputs."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+
+    def step():
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
 def model_rows(full: bool, repeat: int) -> list[Row]:
     """GPT-2 small and a ~100M Llama from configs (random init)."""
     import transformers
@@ -279,18 +293,7 @@ def model_rows(full: bool, repeat: int) -> list[Row]:
         if full:
             ids = torch.randint(0, config.vocab_size, (8, 256))
 
-            def train(d):
-                m = models[d].train()
-                opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=True)
-                x = ids.to(d)
-
-                def step():
-                    loss = m(x, labels=x).loss
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                return step
-            c, t = side_by_side(train, 3)
+            c, t = side_by_side(lambda d: train_step(models[d], ids.to(d)), 3)
             rows.append(Row("models", f"{name} train step 8x256 (AdamW)", c, t))
     return rows
 
