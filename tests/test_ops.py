@@ -380,8 +380,9 @@ def test_every_isa_level_gives_the_same_bits():
 
 
 def test_foreach_mul_with_host_scalars_matches_cpu():
-    """The native _foreach_mul_ (Scalar and ScalarList) against CPU's,
-    dtype rules and errors included."""
+    """_foreach_mul_ (Scalar and ScalarList: PyTorch's in-place product
+    with the host scalar as the first factor) against CPU's, dtype rules
+    and errors included."""
     cpu = [torch.randn(5, 3), torch.randn(7), torch.randn(()).to(torch.bfloat16), torch.randn(4).double()]
     tpu = [t.to("tpu") for t in cpu]
     for args in [(0.5,), ([0.5, 2.0, -3.0, 2],)]:

@@ -127,6 +127,18 @@ void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn,
     const c10::Scalar value = at::Tensor(iter.tensor_base(last)).item();
     op.p.ew.other = to_tpu_scalar(value, p.b_opmath ? at::toOpMathType(common) : common, /*checked=*/false);
     n_tensors--;
+  } else if (code == TPU_OP_BINARY && fn == TPU_BINARY_MUL && last == 2 && iter.is_cpu_scalar(1) &&
+             !iter.is_cpu_scalar(2)) {
+    // A host scalar first factor (PyTorch's in-place mul_(Scalar) is
+    // mul_out(self, scalar, self)): products commute, so it rides in the
+    // record as the second one, converted to the common dtype as the CPU
+    // kernel converts a first operand.
+    const c10::Scalar value = at::Tensor(iter.tensor_base(1)).item();
+    op.p.ew.other = to_tpu_scalar(value, common, /*checked=*/false);
+    op.n_in = 1;
+    static const int kSwapped[] = {0, 2};
+    submit_iterator_slices(iter, op, 2, device.index(), name, kSwapped);
+    return;
   }
   op.n_in = n_tensors - 1;
   // Any other host scalar operand (torch.sub(cpu_0d, tpu)) is copied to

@@ -1,10 +1,8 @@
 // The fused optimizer steps torch.optim calls with fused=True (Adam and
-// AdamW), composed of native element-wise ops per parameter, and the
-// foreach products the foreach=True steps call. The formula
+// AdamW), composed of native element-wise ops per parameter. The formula
 // is PyTorch's fused CPU kernel's, computed in float32 for half parameters;
 // the step count, learning rate and found_inf stay on the device (no host
 // read), as on CUDA. With found_inf set nothing is written, grads included.
-#include <ATen/ScalarOps.h>
 #include <torch/library.h>
 
 #include "core/glue.h"
@@ -87,30 +85,9 @@ void fused_adam_lr(L params, L grads, L exp_avgs, L exp_avg_sqs, L max_exp_avg_s
                     eps, amsgrad, maximize, grad_scale, found_inf);
 }
 
-// The in-place foreach product with host scalars. PyTorch's generic slow
-// path copies the scalar to the device for every tensor (a one-element
-// record written and then broadcast, which also splits a fused group per
-// tensor); the per-tensor in-place product with a wrapped host number (as
-// Python passes one) carries it in the record, as the slow paths of add_,
-// sub_ and div_ already do.
-void foreach_mul_scalar(L self, const at::Scalar& scalar) {
-  TORCH_CHECK(!self.empty(), "Tensor list must have at least one tensor.");
-  const at::Tensor wrapped = at::native::wrapped_scalar_tensor(scalar);  // as Python passes a number
-  for (const at::Tensor& t : self) const_cast<at::Tensor&>(t).mul_(wrapped);
-}
-
-void foreach_mul_scalar_list(L self, at::ArrayRef<at::Scalar> scalars) {
-  TORCH_CHECK(!self.empty(), "Tensor list must have at least one tensor.");
-  TORCH_CHECK(self.size() == scalars.size(), "Tensor list must have same number of elements as scalar list.");
-  for (size_t i = 0; i < self.size(); i++)
-    const_cast<at::Tensor&>(self[i]).mul_(at::native::wrapped_scalar_tensor(scalars[i]));
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_foreach_mul_.Scalar", foreach_mul_scalar);
-  m.impl("_foreach_mul_.ScalarList", foreach_mul_scalar_list);
   m.impl("_fused_adamw_", fused_adam_lr<true>);
   m.impl("_fused_adamw_.tensor_lr", fused_adam<true>);
   m.impl("_fused_adam_", fused_adam_lr<false>);

@@ -23,23 +23,24 @@ tpu_tensor describe_iterator_operand(const at::TensorIteratorBase& iter, int arg
 tpu_tensor* iterator_slot(tpu_op& op, int k) { return k == 0 ? &op.out : &op.in[k - 1]; }
 
 void submit_iterator_slices(const at::TensorIteratorBase& iter, tpu_op& op, int n_tensors, c10::DeviceIndex chip,
-                            const char* name) {
+                            const char* name, const int* args) {
   TORCH_INTERNAL_ASSERT(n_tensors >= 1 && n_tensors <= 1 + TPU_OP_MAX_IN);
+  auto arg = [&](int k) { return args ? args[k] : k; };
   std::vector<char*> data(n_tensors);
-  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(i));
+  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(arg(i)));
   const int ndim = iter.ndim();
   const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
   // Outer dims [kept, ndim) are walked here, fastest first.
   std::vector<int64_t> idx(ndim - kept, 0);
   while (true) {
-    for (int i = 0; i < n_tensors; i++) *iterator_slot(op, i) = describe_iterator_operand(iter, i, data[i], kept);
+    for (int i = 0; i < n_tensors; i++) *iterator_slot(op, i) = describe_iterator_operand(iter, arg(i), data[i], kept);
     submit(chip, op, name);
     int d = 0;
     for (; d < ndim - kept; d++) {
       const int dim = kept + d;
-      for (int i = 0; i < n_tensors; i++) data[i] += iter.strides(i)[dim];
+      for (int i = 0; i < n_tensors; i++) data[i] += iter.strides(arg(i))[dim];
       if (++idx[d] < iter.shape()[dim]) break;
-      for (int i = 0; i < n_tensors; i++) data[i] -= iter.strides(i)[dim] * iter.shape()[dim];
+      for (int i = 0; i < n_tensors; i++) data[i] -= iter.strides(arg(i))[dim] * iter.shape()[dim];
       idx[d] = 0;
     }
     if (d == ndim - kept) return;

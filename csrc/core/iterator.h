@@ -19,10 +19,11 @@ tpu_tensor describe_iterator_operand(const at::TensorIteratorBase& iter, int arg
 // The record's tensor slot for iterator operand k: out, then the inputs.
 tpu_tensor* iterator_slot(tpu_op& op, int k);
 
-// Submits `op` with the iterator's operands [0, n_tensors) in its slots:
-// one record when the iterator has at most TPU_MAX_DIMS dims, else one per
+// Submits `op` with n_tensors of the iterator's operands in its slots
+// (slot k holds operand args[k], or operand k when args is null): one
+// record when the iterator has at most TPU_MAX_DIMS dims, else one per
 // slice of its outermost dims.
 void submit_iterator_slices(const at::TensorIteratorBase& iter, tpu_op& op, int n_tensors, c10::DeviceIndex chip,
-                            const char* name);
+                            const char* name, const int* args = nullptr);
 
 }  // namespace torch_tpu
