@@ -44,6 +44,17 @@ void keep_alive_until_done(tpu_stream* stream, const at::Tensor& host) {
   }
 }
 
+// Work queued on `waiter` from now on runs after what `other` has queued
+// so far (an event recorded on other, waited for on waiter).
+void stream_waits_for(tpu_stream* waiter, tpu_stream* other) {
+  tpu_event* ev = nullptr;
+  TPU_CHECK_STATUS(tpu_event_create(&ev));
+  tpu_status st = tpu_event_record(ev, other);
+  if (st == TPU_OK) st = tpu_stream_wait_event(waiter, ev);
+  tpu_event_free(ev);
+  TPU_CHECK_STATUS(st);
+}
+
 void submit_copy(c10::DeviceIndex chip, const at::Tensor& dst, const at::Tensor& src) {
   const tpu_op_code code = src.device().type() != kTpu ? TPU_OP_COPY_H2D
                            : dst.device().type() != kTpu ? TPU_OP_COPY_D2H
@@ -115,23 +126,13 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
     const c10::DeviceIndex from = src.device().index(), to = dst.device().index();
     tpu_stream* src_stream = current_c_stream(from);
     tpu_stream* dst_stream = current_c_stream(to);
-    tpu_event* ready = nullptr;
-    TPU_CHECK_STATUS(tpu_event_create(&ready));
-    tpu_status st = tpu_event_record(ready, src_stream);
-    if (st == TPU_OK) st = tpu_stream_wait_event(dst_stream, ready);
-    tpu_event_free(ready);
-    TPU_CHECK_STATUS(st);
+    stream_waits_for(dst_stream, src_stream);
     submit_copy(to, dst, src);
     TPU_CHECK_STATUS(tpu_mem_record_stream(src.storage().mutable_data(), dst_stream));
     // And the source chip's stream waits for the copy, so that work queued
     // there later (an in-place write to the source) cannot run before the
     // copy has read it, as CUDA orders copies between devices.
-    tpu_event* copied = nullptr;
-    TPU_CHECK_STATUS(tpu_event_create(&copied));
-    st = tpu_event_record(copied, dst_stream);
-    if (st == TPU_OK) st = tpu_stream_wait_event(src_stream, copied);
-    tpu_event_free(copied);
-    TPU_CHECK_STATUS(st);
+    stream_waits_for(src_stream, dst_stream);
     return;
   }
 

@@ -379,6 +379,14 @@ tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out
     return st;
 }
 
+/* At the block's free: whether its use by another stream may still run.
+ * The use then stands for everything queued on that stream so far
+ * (CUDA's record_stream), so its number is brought up to date. */
+static bool use_pending_at_free(block_use *u) {
+    u->seq = tpu_stream_submitted_seq(u->stream);
+    return tpu_stream_completed_seq(u->stream) < u->seq;
+}
+
 /* Puts a block that was just unlinked from the live map into the cache, or
  * on the pending list while work recorded on other streams may use it. */
 static void free_block(allocator *a, block *b) {
@@ -393,15 +401,11 @@ static void free_block(allocator *a, block *b) {
     b->free_seq = own ? tpu_stream_submitted_seq(own) : 0;
     a->cached_bytes += b->size;
 
-    /* As on CUDA, a recorded stream may use the block until the work
-     * queued on it by now has run (not only what was queued when
-     * record_stream was called). Keep only uses that have not run yet. */
+    /* Keep only uses that may still run. */
     int kept = 0;
-    for (int i = 0; i < b->n_uses; i++) {
-        b->uses[i].seq = tpu_stream_submitted_seq(b->uses[i].stream);
-        if (tpu_stream_completed_seq(b->uses[i].stream) < b->uses[i].seq)
+    for (int i = 0; i < b->n_uses; i++)
+        if (use_pending_at_free(&b->uses[i]))
             b->uses[kept++] = b->uses[i];
-    }
     b->n_uses = kept;
     if (kept > 0) {
         b->next = a->pending;
@@ -427,9 +431,7 @@ static void queue_free_marker(const void *ptr, int chips) {
         int index = b ? b->stream : 0;
         size_t size = b ? b->size : 0;
         for (int i = 0; b && i < b->n_uses; i++)
-            if (tpu_stream_completed_seq(b->uses[i].stream) <
-                tpu_stream_submitted_seq(b->uses[i].stream))
-                pending = true;
+            pending = pending || use_pending_at_free(&b->uses[i]);
         pthread_mutex_unlock(&a->lock);
         if (!b)
             continue;

@@ -462,6 +462,16 @@ static void note_error(const tpu_stream *s, run_error *err, const tpu_op *op, ui
     format_op_error(err->msg, sizeof err->msg, s, op, seq, st, tpu_last_error_message(), true);
 }
 
+/* Keeps err on the stream unless it already keeps an earlier error (the
+ * first one only is reported). Under lock. */
+static void keep_error_locked(tpu_stream *s, const run_error *err) {
+    if (err->st == TPU_OK || s->error != TPU_OK)
+        return;
+    s->error = err->st;
+    s->error_seq = err->seq;
+    memcpy(s->error_msg, err->msg, sizeof s->error_msg);
+}
+
 static struct fuse_state *fuse_state_of(tpu_stream *s) {
     if (!s->fuse)
         s->fuse = calloc(1, sizeof *s->fuse);
@@ -576,11 +586,7 @@ static void run_held_locked(tpu_stream *s) {
     uint64_t last = first + (uint64_t)r.n - 1; /* entries of a stream are numbered in order */
 
     pthread_mutex_lock(&s->lock);
-    if (err.st != TPU_OK && s->error == TPU_OK) {
-        s->error = err.st;
-        s->error_seq = err.seq;
-        memcpy(s->error_msg, err.msg, sizeof s->error_msg);
-    }
+    keep_error_locked(s, &err);
     complete_upto_locked(s, last);
     s->head = r.end_off;
     s->used -= r.bytes;
@@ -628,13 +634,12 @@ static void *stream_worker(void *arg) {
         entry_unpack(h, &e);
         tpu_status st = entry_run(s, &e);
 
+        run_error err; /* not zeroed: a kilobyte per record */
+        err.st = TPU_OK;
+        if (st != TPU_OK && e.kind == ENTRY_OP)
+            note_error(s, &err, &e.u.op, e.seq, st);
         pthread_mutex_lock(&s->lock);
-        if (st != TPU_OK && s->error == TPU_OK) { /* keep the first error only */
-            s->error = st;
-            s->error_seq = e.seq;
-            format_op_error(s->error_msg, sizeof s->error_msg, s, &e.u.op, e.seq, st,
-                            tpu_last_error_message(), true);
-        }
+        keep_error_locked(s, &err);
         complete_locked(s, e.seq);
         /* Free the entry's bytes; a submitter may be waiting for them. */
         s->head = (s->head + nbytes) % TPU_STREAM_RING_BYTES;
