@@ -35,10 +35,13 @@ _register()
 # Integration with other PyTorch subsystems, each explained in its module:
 # torch.compile's Inductor refuses tpu with a clear message (instead of its
 # Pallas/JAX backend), and multiprocessing refuses to share tpu tensors.
-from torch_tpu import _compile, _multiprocessing  # noqa: E402
+# Libraries with their own device lists (accelerate) learn tpu when they
+# are imported, not before (torch_tpu/_import_hooks.py).
+from torch_tpu import _accelerate, _compile, _multiprocessing  # noqa: E402
 
 _compile.install()
 _multiprocessing.install()
+_accelerate.install()
 
 
 def _autoload() -> None:

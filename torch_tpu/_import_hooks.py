@@ -1,0 +1,84 @@
+"""Run a function when a module is imported: how torch-tpu meets libraries
+that keep their own list of devices (accelerate, safetensors, Lightning)
+without patching their files on disk and without importing them early.
+
+``when_imported("accelerate.state", fn)`` calls ``fn(module)`` once: at
+once if the module is already in ``sys.modules``, otherwise right after
+its first import finishes (a finder on ``sys.meta_path`` wraps the loader
+of just that module). An exception in ``fn`` becomes a warning: an
+integration that no longer fits a new release of a library must not break
+the import of that library.
+"""
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import warnings
+from types import ModuleType
+from typing import Callable
+
+_Hook = Callable[[ModuleType], None]
+_pending: dict[str, list[_Hook]] = {}
+_lock = threading.Lock()
+
+
+def _run(name: str, module: ModuleType, hooks: list[_Hook]) -> None:
+    for hook in hooks:
+        try:
+            hook(module)
+        except Exception as error:  # noqa: BLE001  (any failure is only a warning)
+            warnings.warn(f"torch-tpu: its integration with {name} failed and is skipped: {error!r}",
+                          RuntimeWarning, stacklevel=2)
+
+
+class _Loader(importlib.abc.Loader):
+    """The module's own loader, then the hooks waiting for it."""
+
+    def __init__(self, name: str, loader: importlib.abc.Loader):
+        self._name = name
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        with _lock:
+            hooks = _pending.pop(self._name, [])
+        _run(self._name, module, hooks)
+
+    def __getattr__(self, attr: str):  # get_source, get_filename, ... for tools
+        return getattr(self._loader, attr)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: for a watched name it asks the finders after it
+    and wraps the loader they return."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _pending:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(fullname, spec.loader)
+                return spec
+        return None
+
+
+_finder = _Finder()
+
+
+def when_imported(name: str, hook: _Hook) -> None:
+    """Call ``hook(module)`` once the module ``name`` is imported (now, if it is)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        _run(name, module, [hook])
+        return
+    with _lock:
+        _pending.setdefault(name, []).append(hook)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
