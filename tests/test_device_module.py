@@ -141,3 +141,24 @@ def test_generator_device():
     assert g.device.type == "tpu"
     g1 = torch.Generator(device="tpu:1")
     assert g1.device == torch.device("tpu:1")
+
+
+def test_peer_access_between_chips():
+    # Two chips (conftest): each reaches the other, and, as cudaDeviceCanAccessPeer
+    # answers for a device and itself, a chip is not its own peer.
+    assert torch.tpu.can_device_access_peer(0, 1) and torch.tpu.can_device_access_peer("tpu:1", "tpu:0")
+    assert not torch.tpu.can_device_access_peer(torch.device("tpu:1"), 1)
+    with pytest.raises(RuntimeError, match="tpu:7"):
+        torch.tpu.can_device_access_peer(0, 7)
+    # What "peer" promises: a copy between the two chips gives the same values.
+    x = torch.randn(5, 3)
+    assert torch.equal(x.to("tpu:0").to("tpu:1").cpu(), x)
+
+
+def test_cuda_names_for_errors_init_and_capture():
+    assert torch.tpu.OutOfMemoryError is torch.cuda.OutOfMemoryError
+    torch.tpu.init()
+    assert torch.tpu.is_initialized()
+    assert torch.tpu.is_current_stream_capturing() is False
+    with torch.tpu.stream(torch.tpu.Stream()):
+        assert torch.tpu.is_current_stream_capturing() is False

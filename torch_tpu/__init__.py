@@ -35,13 +35,17 @@ _register()
 # Integration with other PyTorch subsystems, each explained in its module:
 # torch.compile's Inductor refuses tpu with a clear message (instead of its
 # Pallas/JAX backend), and multiprocessing refuses to share tpu tensors.
-# Libraries with their own device lists (accelerate) learn tpu when they
-# are imported, not before (torch_tpu/_import_hooks.py).
-from torch_tpu import _accelerate, _compile, _multiprocessing  # noqa: E402
+# Libraries with their own device lists (accelerate, safetensors) learn tpu
+# when they are imported, not before (torch_tpu/_import_hooks.py);
+# transformers' Trainer checkpoints the tpu RNG state, and Lightning finds
+# torch-tpu's accelerator (torch_tpu/lightning.py) the same way.
+from torch_tpu import _accelerate, _compile, _multiprocessing, _safetensors, _transformers  # noqa: E402
 
 _compile.install()
 _multiprocessing.install()
 _accelerate.install()
+_safetensors.install()
+_transformers.install()
 
 
 def _autoload() -> None:

@@ -1,8 +1,11 @@
 """torch.tpu: the tpu device module, with the names and meanings of torch.cuda."""
 from torch_tpu.tpu import _utils
 from torch_tpu.tpu.device import (
+    Device,
+    OutOfMemoryError,
     _is_in_bad_fork,
     _lazy_init,
+    can_device_access_peer,
     current_device,
     device,
     device_count,
@@ -11,6 +14,7 @@ from torch_tpu.tpu.device import (
     get_device_capability,
     get_device_name,
     get_device_properties,
+    init,
     is_available,
     is_bf16_supported,
     is_initialized,
@@ -57,11 +61,13 @@ from torch_tpu.tpu.streams import (
     StreamContext,
     current_stream,
     default_stream,
+    is_current_stream_capturing,
     set_stream,
     stream,
 )
 
 __all__ = [
+    "Device", "OutOfMemoryError", "can_device_access_peer", "init", "is_current_stream_capturing",
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache", "fallback_stats", "fusion_stats",
     "get_amp_supported_dtype", "get_device_capability", "get_device_name", "get_device_properties",

@@ -7,6 +7,10 @@ import torch
 from torch_tpu import _C
 from torch_tpu.tpu._utils import _device_t, _get_device_index
 
+# torch.cuda's names for the types its functions take and raise.
+Device = _device_t
+OutOfMemoryError = torch.OutOfMemoryError
+
 _CAPABILITY = {"v5e": (5, 0), "v5p": (5, 1), "v6e": (6, 0), "v7x": (7, 0)}
 
 
@@ -120,3 +124,19 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 
 def is_bf16_supported() -> bool:
     return True
+
+
+def init() -> None:
+    """Starts the runtime now instead of at first use, as torch.cuda.init;
+    a no-op when it has started."""
+    _lazy_init()
+
+
+def can_device_access_peer(device: _device_t, peer_device: _device_t) -> bool:
+    """True when ``device`` can read ``peer_device``'s memory directly. The
+    virtual chips of one process all reach each other (chip-to-chip copies
+    run without a trip through host tensors); as on CUDA, a chip is not its
+    own peer. Raises for a chip this process does not have."""
+    index = _get_device_index(device, optional=True)
+    peer = _get_device_index(peer_device, optional=True)
+    return index != peer

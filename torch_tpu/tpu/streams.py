@@ -70,6 +70,12 @@ def default_stream(device: _device_t = None) -> Stream:
     return Stream(stream_id=0, device_index=index, device_type=device_type)
 
 
+def is_current_stream_capturing() -> bool:
+    """False: tpu streams have no capture mode (no graphs yet), so nothing
+    that asks before a capture-unsafe call needs to hold back."""
+    return False
+
+
 def set_stream(stream: torch.Stream) -> None:
     if stream is not None:
         torch.accelerator.set_stream(stream)
