@@ -8,7 +8,7 @@ from torch_tpu import _C
 from torch_tpu.tpu._utils import _device_t, _get_device_index
 
 # torch.cuda's names for the types its functions take and raise.
-Device = _device_t
+Device = torch.device | str | int | None
 OutOfMemoryError = torch.OutOfMemoryError
 
 _CAPABILITY = {"v5e": (5, 0), "v5p": (5, 1), "v6e": (6, 0), "v7x": (7, 0)}
