@@ -4,7 +4,17 @@ Importing this package (or just ``import torch``, through PyTorch's
 ``torch.backends`` entry point) registers the device: ``torch.device("tpu")``,
 ``tensor.tpu()``, ``module.tpu()`` and the ``torch.tpu`` module.
 """
-import torch
+
+
+def _autoload() -> None:
+    """Entry point for ``torch.backends``: importing this package registered it.
+
+    Defined before ``import torch``: when this package is imported first,
+    that import runs PyTorch's backend autoload, which looks this name up
+    on the half-imported package; the registration below then follows."""
+
+
+import torch  # noqa: E402
 
 REQUIRED_TORCH = "2.13.0"
 if torch.__version__.split("+")[0] != REQUIRED_TORCH:
@@ -40,13 +50,12 @@ _register()
 # transformers' Trainer checkpoints the tpu RNG state, and Lightning finds
 # torch-tpu's accelerator (torch_tpu/lightning.py) the same way.
 from torch_tpu import _accelerate, _compile, _multiprocessing, _safetensors, _transformers  # noqa: E402
+from torch_tpu import lightning as _lightning  # noqa: E402  (imports no Lightning itself)
 
 _compile.install()
 _multiprocessing.install()
 _accelerate.install()
 _safetensors.install()
 _transformers.install()
+_lightning.install()
 
-
-def _autoload() -> None:
-    """Entry point for ``torch.backends``: importing this package registered it."""
