@@ -6,6 +6,11 @@ more, so the comparison covers what LoRA learned. Dropout is 0 (LoRA's and
 the model's): tpu and the CPU draw their masks from different generators
 (Philox and Mersenne Twister), so with dropout the two runs would differ
 by design, not by error."""
+import pathlib
+import re
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -66,3 +71,15 @@ def test_lora_trainer_matches_cpu(tmp_path):
             assert changed > 1e-2, f"{name}: LoRA moved it by only {changed}"
         else:
             assert changed == 0, f"{name} is not a LoRA target but changed by {changed}"
+
+
+def test_finetune_example_runs():
+    """examples/finetune_trainer.py, a few steps: it trains on tpu, and its
+    merged model agrees with the adapted one."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "examples" / "finetune_trainer.py"), "--steps", "4"],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Trainer device: tpu:0" in run.stdout
+    merged = re.search(r"merged model on tpu:0: logits within (\S+) of the adapted model", run.stdout)
+    assert merged and float(merged.group(1)) < 1e-4, run.stdout
