@@ -1,6 +1,7 @@
 """Hugging Face accelerate on tpu with no setting (torch_tpu/_accelerate.py):
 device choice, prepare, backward, clipping and bf16 autocast, against the
-same steps written in plain PyTorch on the CPU."""
+same steps written in plain PyTorch on the CPU; the training steps with
+every CPU fallback turned into an error."""
 import pytest
 import torch
 
@@ -45,7 +46,7 @@ def data() -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(torch.randn(24, 6, generator=g), torch.randn(24, 2, generator=g))
 
 
-def test_prepare_backward_clip_match_cpu():
+def test_prepare_backward_clip_match_cpu(native_only):
     """Three AdamW steps through accelerate on tpu, with clipping, against
     the same loop on the CPU with torch.nn.utils.clip_grad_norm_."""
     accelerator = accelerate.Accelerator()
@@ -81,7 +82,7 @@ def test_prepare_backward_clip_match_cpu():
     assert all(s["exp_avg"].device.type == "tpu" for s in optimizer.optimizer.state.values())
 
 
-def test_bf16_autocast_runs_in_bf16_on_tpu():
+def test_bf16_autocast_runs_in_bf16_on_tpu(native_only):
     accelerator = accelerate.Accelerator(mixed_precision="bf16")
     assert accelerator.device.type == "tpu" and accelerator.mixed_precision == "bf16"
     model = accelerator.prepare(small_model())

@@ -2,7 +2,9 @@
 attention block down and up) trains four DDPM steps on tpu (the
 scheduler's add_noise, MSE on the predicted noise, AdamW) against the same
 steps on the CPU. Noise and timesteps are drawn on the CPU, so both
-devices see the same batches.
+devices see the same batches. One op runs through the CPU fallback
+(nearest-neighbour upsampling's backward, upsample_nearest2d_backward), so
+this test allows fallbacks.
 
 Tolerances: the losses rtol 1e-5 and the first step's gradients rtol 1e-4
 / atol 1e-7 (they agree to about 1e-7 relative). The final weights are

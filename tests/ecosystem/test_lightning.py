@@ -1,7 +1,8 @@
 """Lightning's Trainer on tpu through torch_tpu/lightning.py: by name
 ("tpu", "torch_tpu", "auto") and by instance, fit and validate against the
 same fit on the CPU; bf16-mixed autocasting on tpu; device parsing and its
-errors; the standalone pytorch_lightning package too."""
+errors; the standalone pytorch_lightning package too. The fits on tpu run
+with every CPU fallback turned into an error."""
 import importlib
 import importlib.util
 from typing import Any
@@ -76,7 +77,7 @@ def cpu_run() -> tuple[dict[str, torch.Tensor], list[dict[str, float]]]:
 
 
 @pytest.mark.parametrize("accelerator", ["tpu", "torch_tpu", "auto", "instance"])
-def test_fit_and_validate_match_cpu(accelerator, cpu_run):
+def test_fit_and_validate_match_cpu(accelerator, cpu_run, native_only):
     if accelerator == "tpu" and importlib.util.find_spec("torch_xla") is not None:
         pytest.skip("torch_xla is installed: the name 'tpu' is Lightning's XLA accelerator (torch_tpu/lightning.py)")
     chosen = TPUAccelerator() if accelerator == "instance" else accelerator
@@ -90,7 +91,7 @@ def test_fit_and_validate_match_cpu(accelerator, cpu_run):
     assert results[0]["val_loss"] == pytest.approx(cpu_results[0]["val_loss"], rel=1e-5)
 
 
-def test_bf16_mixed_autocasts_on_tpu(cpu_run):
+def test_bf16_mixed_autocasts_on_tpu(cpu_run, native_only):
     trainer, module, results = fit(pl, "torch_tpu", precision="bf16-mixed")
     assert trainer.precision_plugin.device == "tpu"
     assert module.seen == {("tpu", torch.bfloat16)}

@@ -1,7 +1,8 @@
 """transformers.Trainer end to end on tpu, with no device setting: a tiny
 GPT-2 built from a config fine-tunes with evaluation, gradient
 accumulation, gradient clipping, a warm-up + cosine learning-rate schedule,
-checkpoints and prediction.
+checkpoints and prediction, with every CPU fallback turned into an error
+(the Trainer's whole tpu workload is native).
 
 - float32 against the same Trainer run with ``use_cpu=True``: logged
   losses, gradient norms and learning rates, evaluation losses and final
@@ -68,7 +69,7 @@ def logged(trainer: "transformers.Trainer", key: str) -> list[float]:
     return [entry[key] for entry in trainer.state.log_history if key in entry]
 
 
-def test_trainer_fp32_matches_cpu(tmp_path):
+def test_trainer_fp32_matches_cpu(tmp_path, native_only):
     tpu = fit(tiny_gpt2(dropout=0.0), training_args(str(tmp_path / "tpu")))
     cpu = fit(tiny_gpt2(dropout=0.0), training_args(str(tmp_path / "cpu"), use_cpu=True))
     assert tpu.args.device.type == "tpu" and cpu.args.device.type == "cpu"
@@ -106,7 +107,7 @@ def autocast_probe(model: torch.nn.Module) -> dict[str, Any]:
     return seen
 
 
-def test_trainer_bf16_resume_is_bit_identical(tmp_path):
+def test_trainer_bf16_resume_is_bit_identical(tmp_path, native_only):
     """bf16 autocast with dropout on: six steps straight, against three
     steps, a checkpoint and a resume in a new Trainer."""
     straight_model = tiny_gpt2(dropout=0.1)
