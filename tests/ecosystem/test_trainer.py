@@ -10,7 +10,8 @@ checkpoints and prediction, with every CPU fallback turned into an error
   CPU from its Mersenne Twister, so their masks differ by design).
 - ``bf16=True``: autocast on tpu is active inside the model's forward.
 - resuming: training to step 3, checkpointing and resuming to step 6 in a
-  new Trainer gives weights bit-identical to an uninterrupted run to 6,
+  new Trainer gives weights, AdamW moments and the tpu generator state
+  bit-identical to an uninterrupted run to 6,
   with dropout on, so the tpu generator's state must travel in the
   checkpoint (torch_tpu/_transformers.py adds it; without it the resumed
   run draws other masks and the weights differ).
@@ -116,6 +117,7 @@ def test_trainer_bf16_resume_is_bit_identical(tmp_path, native_only):
                                                  save_steps=3))
     assert seen["device"].type == "tpu"
     assert all(seen["autocast"]) and set(seen["dtype"]) == {torch.bfloat16}
+    straight_rng = torch.tpu.get_rng_state()
     losses = logged(straight, "loss")
     assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
     assert len(logged(straight, "eval_loss")) == 2
@@ -137,3 +139,10 @@ def test_trainer_bf16_resume_is_bit_identical(tmp_path, native_only):
     assert logged(resumed, "loss") == losses  # the first three come from the checkpoint's log
     for name, value in cpu_weights(straight.model).items():
         assert torch.equal(cpu_weights(resumed.model)[name], value), name
+    straight_state, resumed_state = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    assert straight_state.keys() == resumed_state.keys()
+    for index, state in resumed_state.items():
+        assert state["exp_avg"].device.type == "tpu"
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(state[key].cpu(), straight_state[index][key].cpu()), (index, key)
+    assert torch.equal(torch.tpu.get_rng_state(), straight_rng)
