@@ -17,6 +17,7 @@
 
 #include "core/fallback.h"
 #include "core/glue.h"
+#include "core/sync_debug.h"
 
 namespace torch_tpu {
 namespace {
@@ -417,6 +418,7 @@ at::Tensor smooth_l1_loss_backward_impl(T grad, T self, T target, int64_t reduct
 at::Tensor binary_cross_entropy_impl(T self, T target, const std::optional<at::Tensor>& weight, int64_t reduction) {
   TORCH_CHECK(self.sizes() == target.sizes(), "Using a target size (", target.sizes(), ") that is different to the "
               "input size (", self.sizes(), ") is deprecated. Please ensure they have the same size.");
+  const SyncSite site("binary_cross_entropy: checks on the host that its input lies in [0, 1]");
   TORCH_CHECK(self.numel() == 0 || !self.lt(0).logical_or(self.gt(1)).any().item<bool>(),
               "all elements of input should be between 0 and 1");
   at::Tensor l = (target * self.log().clamp_min(-100) + (1 - target) * (1 - self).log().clamp_min(-100)).neg();
@@ -484,6 +486,7 @@ bool equal(T self, T other) {
               self.device(), " and ", other.device());
   if (self.sizes() != other.sizes()) return false;
   if (self.numel() == 0) return true;
+  const SyncSite site("torch.equal: its result is a host bool");
   return self.eq(other).all().item<bool>();
 }
 
@@ -529,6 +532,7 @@ at::Tensor& logspace_out(S start, S end, int64_t steps, double base, at::Tensor&
 at::Tensor masked_select(T self, T mask) {
   TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
   const auto [s, m] = at::expand_outplace(self, mask);
+  const SyncSite site("torch.masked_select: its output size needs the mask's data");
   return s->index({*m});
 }
 

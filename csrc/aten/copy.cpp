@@ -15,6 +15,7 @@
 #include <torch/library.h>
 
 #include "core/glue.h"
+#include "core/sync_debug.h"
 
 extern "C" {
 #include "tpu/host_mem.h"
@@ -150,6 +151,7 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
       fill_scalar(out, src_in.reshape({}).to(dst.scalar_type()).item());
       return;
     }
+    if (!async) check_sync("a copy from the host to tpu (pageable memory, or non_blocking=False)");
     submit_copy(chip, dst, src);
     if (async)
       keep_alive_until_done(current_c_stream(chip), src);
@@ -161,6 +163,7 @@ void copy_tensor(const at::Tensor& dst, const at::Tensor& src_in, bool non_block
   // tpu -> host
   const c10::DeviceIndex chip = src.device().index();
   const bool async = non_blocking && is_pinned_host_ptr(dst.storage().data());
+  if (!async) check_sync("a copy from tpu to the host: Tensor.cpu(), .to('cpu'), .tolist(), .numpy(), print");
   submit_copy(chip, dst, src);
   if (async)
     keep_alive_until_done(current_c_stream(chip), dst);

@@ -22,6 +22,7 @@
 #include "core/glue.h"
 #include "core/iterator.h"
 #include "core/structured.h"
+#include "core/sync_debug.h"
 
 namespace torch_tpu {
 namespace {
@@ -338,6 +339,7 @@ at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
               out.scalar_type());
   TORCH_CHECK(self.numel() < std::numeric_limits<int32_t>::max(), "nonzero is not supported for tensors with more "
               "than INT_MAX elements");
+  const SyncSite site("torch.nonzero: its output size needs the data (so do x[mask] and masked_select)");
   const int64_t count = self.numel() == 0 ? 0 : self.ne(0).sum().item<int64_t>();
   at::native::resize_output(out, {count, self.dim()});
   if (count == 0 || self.dim() == 0) return out;

@@ -11,6 +11,7 @@
 
 #include "core/generator.h"
 #include "core/glue.h"
+#include "core/sync_debug.h"
 
 namespace torch_tpu {
 namespace {
@@ -197,6 +198,7 @@ at::Tensor& multinomial_out(const at::Tensor& self, int64_t n_sample, bool repla
   const at::Tensor sums = p.sum(-1, /*keepdim=*/true);
   // Both checks in one host read: [any bad element, any row summing to <= 0].
   const at::Tensor bad = (p < 0).logical_or_(p.isnan()).logical_or_(p.isinf()).any();
+  const SyncSite site("torch.multinomial: checks the probabilities on the host");
   const at::Tensor flags = at::stack({bad, (sums <= 0).any()}).cpu();
   TORCH_CHECK(!flags[0].item<bool>(), "probability tensor contains either `inf`, `nan` or element < 0");
   TORCH_CHECK(!flags[1].item<bool>(), "invalid multinomial distribution (sum of probabilities <= 0)");

@@ -17,6 +17,7 @@
 
 #include "core/fallback.h"
 #include "core/glue.h"
+#include "core/sync_debug.h"
 #include "core/structured.h"
 
 namespace torch_tpu {
@@ -114,6 +115,7 @@ at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const c10::Scalar& m
   TORCH_CHECK(lo <= hi, "torch.histc: max must be larger than min");
   if (lo == hi && self.numel() > 0) {
     // The data's own range (a sync, as on every backend).
+    const SyncSite site("torch.histc: min == max asks for the data's own range");
     lo = self.min().item<double>();
     hi = self.max().item<double>();
   }
@@ -257,6 +259,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> empty_groups(const at::Tensor& se
 std::tuple<at::Tensor, at::Tensor, at::Tensor> unique2(const at::Tensor& self, bool, bool return_inverse,
                                                        bool return_counts) {
   if (self.numel() == 0) return empty_groups(self, return_inverse);
+  const SyncSite site("torch.unique: its output size needs the data");
   auto [sorted, order] = self.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false);
   return groups_of(sorted, order, self.sizes(), return_inverse, return_counts);
 }
@@ -267,6 +270,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> unique_consecutive(const at::Tens
     return at::native::call_fallback_fn<&cpu_fallback, at::_ops::unique_consecutive>::call(self, return_inverse,
                                                                                          return_counts, dim);
   if (self.numel() == 0) return empty_groups(self, return_inverse);
+  const SyncSite site("torch.unique_consecutive: its output size needs the data");
   return groups_of(self.reshape({-1}), at::Tensor(), self.sizes(), return_inverse, return_counts);
 }
 
@@ -282,6 +286,7 @@ at::Tensor bincount(const at::Tensor& self, const std::optional<at::Tensor>& wei
   if (weights.defined()) check_same_device("bincount", self.device(), {{"weights", &weights}});
   int64_t size = minlength;
   if (self.numel() > 0) {
+    const SyncSite site("torch.bincount: its output size needs the data's maximum");
     const auto [lo, hi] = at::aminmax(self);
     const at::Tensor range = at::stack({lo, hi}).to(at::kLong).cpu();  // one host read
     TORCH_CHECK(range[0].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");

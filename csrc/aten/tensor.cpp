@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include "core/glue.h"
+#include "core/sync_debug.h"
 
 namespace torch_tpu {
 namespace {
@@ -123,6 +124,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
+  const SyncSite site("Tensor.item()");
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   copy_tensor(host, self.reshape({}), /*non_blocking=*/false);
   return host.item();

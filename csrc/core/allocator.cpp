@@ -5,6 +5,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include "core/glue.h"
+#include "core/mem_history.h"
 
 extern "C" {
 #include "tpu/host_mem.h"
@@ -15,22 +16,27 @@ namespace {
 
 void free_device_block(void* ptr) {
   // Runs from destructors: a failure (e.g. in a forked child) cannot be
-  // raised, and the block then simply stays with the dead runtime.
-  if (tpu_mem_free(ptr) != TPU_OK) tpu_clear_error();
+  // raised, and the block then simply stays with the dead runtime. While
+  // history records frees (context "all"), the free's own stack goes with
+  // its events.
+  MemContext* context = maybe_capture_mem_context(TPU_MEM_CONTEXT_ALL);
+  if (tpu_mem_free_ctx(ptr, context) != TPU_OK) tpu_clear_error();
+  release_mem_context(context);
 }
 
-// The tpu allocator has one pool: its numbers go under "all" and
-// "large_pool" (so small + large == all, as PyTorch's consumers expect),
-// and "small_pool" stays zero.
-void set_stat(c10::CachingAllocator::StatArray& stat, uint64_t current, uint64_t peak, uint64_t allocated,
-              uint64_t freed) {
+// A C statistic in PyTorch's form, pool by pool (CUDA's order: all, small,
+// large).
+void set_stat(c10::CachingAllocator::StatArray& out, const tpu_mem_stat* stat) {
   using c10::CachingAllocator::StatType;
-  for (StatType type : {StatType::AGGREGATE, StatType::LARGE_POOL}) {
-    auto& s = stat[static_cast<size_t>(type)];
-    s.current = static_cast<int64_t>(current);
-    s.peak = static_cast<int64_t>(peak);
-    s.allocated = static_cast<int64_t>(allocated);
-    s.freed = static_cast<int64_t>(freed);
+  const std::pair<StatType, tpu_mem_pool> pools[] = {{StatType::AGGREGATE, TPU_MEM_POOL_ALL},
+                                                     {StatType::SMALL_POOL, TPU_MEM_POOL_SMALL},
+                                                     {StatType::LARGE_POOL, TPU_MEM_POOL_LARGE}};
+  for (const auto& [type, pool] : pools) {
+    auto& s = out[static_cast<size_t>(type)];
+    s.current = stat[pool].current;
+    s.peak = stat[pool].peak;
+    s.allocated = stat[pool].allocated;
+    s.freed = stat[pool].freed;
   }
 }
 
@@ -39,7 +45,12 @@ struct TpuDeviceAllocator final : c10::DeviceAllocator {
     const c10::DeviceIndex chip = current_chip();
     check_chip_index(chip, "tpu allocator");
     void* ptr = nullptr;
-    TPU_CHECK_STATUS(tpu_mem_alloc(chip, nbytes, current_c_stream(chip), &ptr));
+    // While history records, the block keeps the allocating thread's
+    // stack: captured here, before the allocator's lock (it takes the GIL).
+    MemContext* context = maybe_capture_mem_context(TPU_MEM_CONTEXT_STATE);
+    const tpu_status st = tpu_mem_alloc_ctx(chip, nbytes, current_c_stream(chip), context, &ptr);
+    release_mem_context(context);
+    TPU_CHECK_STATUS(st);
     return {ptr, ptr, &free_device_block, c10::Device(c10::DeviceType::PrivateUse1, chip)};
   }
 
@@ -81,20 +92,20 @@ struct TpuDeviceAllocator final : c10::DeviceAllocator {
     tpu_mem_stats s{};
     TPU_CHECK_STATUS(tpu_mem_get_stats(device, &s));
     c10::CachingDeviceAllocator::DeviceStats out;
-    set_stat(out.allocated_bytes, s.allocated_bytes, s.allocated_bytes_peak, s.allocated_bytes_total,
-             s.freed_bytes_total);
-    set_stat(out.active_bytes, s.allocated_bytes, s.allocated_bytes_peak, s.allocated_bytes_total,
-             s.freed_bytes_total);
-    set_stat(out.reserved_bytes, s.reserved_bytes, s.reserved_bytes_peak, s.segment_bytes_total,
-             s.released_bytes_total);
-    set_stat(out.requested_bytes, s.requested_bytes, s.requested_bytes_peak, 0, 0);
-    set_stat(out.allocation, s.allocation_count, s.allocation_count_peak, s.num_allocs, s.num_frees);
-    set_stat(out.active, s.allocation_count, s.allocation_count_peak, s.num_allocs, s.num_frees);
-    set_stat(out.segment, s.segment_count, s.segment_count_peak, s.num_segment_allocs, s.num_segment_frees);
+    set_stat(out.allocation, s.allocation);
+    set_stat(out.segment, s.segment);
+    set_stat(out.active, s.active);
+    set_stat(out.allocated_bytes, s.allocated_bytes);
+    set_stat(out.reserved_bytes, s.reserved_bytes);
+    set_stat(out.active_bytes, s.active_bytes);
+    set_stat(out.requested_bytes, s.requested_bytes);
+    // inactive_split and the oversize statistics stay zero, truly: no
+    // block is ever split (every block is a segment of its own).
     out.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
     out.num_ooms = static_cast<int64_t>(s.num_ooms);
-    out.num_device_alloc = static_cast<int64_t>(s.num_segment_allocs);
-    out.num_device_free = static_cast<int64_t>(s.num_segment_frees);
+    out.num_sync_all_streams = static_cast<int64_t>(s.num_sync_all_streams);
+    out.num_device_alloc = static_cast<int64_t>(s.num_device_alloc);
+    out.num_device_free = static_cast<int64_t>(s.num_device_free);
     return out;
   }
 

@@ -4,6 +4,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "core/glue.h"
+#include "core/sync_debug.h"
 
 namespace torch_tpu {
 namespace {
@@ -101,7 +102,10 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
     return done;
   }
 
+  // As on CUDA, a stream's synchronize counts for the sync debug mode;
+  // the device's and an event's do not.
   void synchronizeStream(const c10::Stream& stream) const override {
+    check_sync("torch.tpu.Stream.synchronize()");
     TPU_CHECK_STATUS(tpu_stream_synchronize(c_stream(stream)));
   }
 

@@ -7,6 +7,7 @@
 #include "core/fallback.h"
 #include "core/generator.h"
 #include "core/glue.h"
+#include "python/memory.h"
 
 extern "C" {
 #include "tpu/probe.h"
@@ -123,6 +124,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_fusion_stats", []() { tpu_fusion_reset_stats(); });
   m.def("_set_fallback_error", &set_fallback_error);
   m.def("_get_fallback_error", &fallback_error);
+  init_memory_bindings(m);
   m.def("_default_generator", [](int64_t index) {
     const at::Generator& gen = default_generator(chip_arg(index, "default_generators"));
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));

@@ -4,14 +4,18 @@
  * splitting). A freed block goes to a cache list of the stream it was
  * allocated for and is handed out again at once to work on that stream,
  * which runs in order. Blocks are never handed to another stream: unused
- * cache is returned to the target when capacity runs short, after the
- * streams that may still use it have drained.
+ * cache is returned to the target when capacity (or the limit the memory
+ * fraction sets) runs short, after the streams that may still use it have
+ * drained.
  *
  * record_stream adds a use by a stream to a live block; at free time it
  * stands for everything queued on that stream so far (CUDA's meaning), and
  * a block freed before those records have run waits on the pending list
  * and joins its cache list once they have (checked lazily, on the next
  * allocation or empty_cache).
+ *
+ * Each step updates the statistics (mem_stats.c) and, while recording,
+ * records an event with the caller's context (mem_history.c).
  *
  * One mutex per chip protects its allocator. It is released while waiting
  * for streams, so that a host function on a stream may free memory. */
@@ -24,43 +28,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime_internal.h"
+#include "mem_internal.h"
 #include "target.h"
 
-#define SMALL_SIZE (1u << 20)  /* requests up to 1 MiB round up to 512 bytes */
-#define SMALL_ROUND 512u
+#define SMALL_ROUND 512u       /* requests up to 1 MiB round up to 512 bytes */
 #define LARGE_ROUND (2u << 20) /* larger ones to 2 MiB */
 #define MIN_BUCKETS 256
 
-typedef struct {
-    tpu_stream *stream;
-    uint64_t seq; /* the stream's submitted_seq when recorded */
-} block_use;
+typedef tpu_mem_block block;
+typedef tpu_mem_block_use block_use;
+typedef tpu_mem_allocator allocator;
 
-typedef struct block {
-    struct block *next; /* hash chain while live; cache or pending list when free */
-    void *ptr;
-    size_t size;        /* bytes of the segment (rounded) */
-    size_t requested;   /* bytes asked for by the live allocation */
-    int stream;         /* index of the stream it is allocated for, on its chip */
-    uint64_t free_seq;  /* that stream's submitted_seq when freed */
-    block_use *uses;    /* record_stream uses by other streams */
-    int n_uses, cap_uses;
-} block;
-
-typedef struct {
-    pthread_mutex_t lock;
-    int chip;
-    uint64_t capacity;
-    block **buckets; /* live blocks by address; n_buckets is a power of two */
-    size_t n_buckets, n_live;
-    block *cache[TPU_STREAMS_MAX]; /* free blocks per stream index, ascending size */
-    block *pending;                /* free blocks waiting for recorded uses */
-    uint64_t cached_bytes;         /* bytes in cache lists and pending */
-    tpu_mem_stats stats;
-} allocator;
-
-static allocator g_alloc[TPU_CHIPS_MAX];
+tpu_mem_allocator tpu_mem_allocators[TPU_CHIPS_MAX];
+static allocator *const g_alloc = tpu_mem_allocators;
 
 void tpu_mem_setup(int chips) {
     for (int c = 0; c < chips; c++) {
@@ -68,6 +48,8 @@ void tpu_mem_setup(int chips) {
         pthread_mutex_init(&a->lock, NULL);
         a->chip = c;
         a->capacity = tpu_chip_props_of(c)->total_memory;
+        a->fraction = 1.0;
+        a->limit = a->capacity;
     }
 }
 
@@ -88,7 +70,7 @@ static void format_bytes(char *buf, size_t cap, uint64_t n) {
 }
 
 static size_t round_size(size_t n) {
-    size_t q = n <= SMALL_SIZE ? SMALL_ROUND : LARGE_ROUND;
+    size_t q = n <= TPU_MEM_SMALL_SIZE ? SMALL_ROUND : LARGE_ROUND;
     return (n + q - 1) / q * q;
 }
 
@@ -207,28 +189,56 @@ static bool uses_done(const block *b) {
     return true;
 }
 
-/* Moves pending blocks whose recorded work has run to their cache list. */
+static void segment_free(allocator *a, block *b) {
+    tpu_target_get()->mem_free(a->chip, b->ptr, b->size);
+    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_stat_lower(a->stats.reserved_bytes, pool, (int64_t)b->size);
+    tpu_mem_stat_lower(a->stats.segment, pool, 1);
+    a->stats.num_device_free++;
+    tpu_mem_record_event(a, TPU_MEM_ACTION_SEGMENT_FREE, b->stream, (uint64_t)(uintptr_t)b->ptr,
+                         b->size, 0, b->seg_context);
+    tpu_mem_context_release(b->seg_context);
+    free(b->uses);
+    free(b);
+}
+
+/* The end of a free: the block is no longer active and joins its stream's
+ * cache. `context` is the free's (NULL: the allocation's is used). */
+static void complete_free(allocator *a, block *b, void *context) {
+    tpu_mem_stats *m = &a->stats;
+    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_stat_lower(m->active, pool, 1);
+    tpu_mem_stat_lower(m->active_bytes, pool, (int64_t)b->size);
+    tpu_mem_stat_lower(m->requested_bytes, pool, (int64_t)b->requested);
+    tpu_mem_record_event(a, TPU_MEM_ACTION_FREE_COMPLETED, b->stream, (uint64_t)(uintptr_t)b->ptr,
+                         b->requested, 0, context ? context : b->context);
+    tpu_mem_context_release(b->context);
+    b->context = NULL;
+    b->requested = 0;
+    b->n_uses = 0;
+    /* Caching off: back to the target at once if no queued work can touch
+     * it; else it waits in the cache, which is never handed out and is
+     * released at the next allocation. */
+    tpu_stream *own = tpu_stream_peek(a->chip, b->stream);
+    if (a->no_caching && (!own || tpu_stream_completed_seq(own) >= b->free_seq)) {
+        a->cached_bytes -= b->size;
+        segment_free(a, b);
+        return;
+    }
+    cache_insert(a, b);
+}
+
+/* Completes the frees of pending blocks whose recorded work has run. */
 static void promote_pending(allocator *a) {
     for (block **link = &a->pending; *link;) {
         block *b = *link;
         if (uses_done(b)) {
             *link = b->next;
-            b->n_uses = 0;
-            cache_insert(a, b);
+            complete_free(a, b, NULL);
         } else {
             link = &b->next;
         }
     }
-}
-
-static void segment_free(allocator *a, block *b) {
-    tpu_target_get()->mem_free(a->chip, b->ptr, b->size);
-    a->stats.reserved_bytes -= b->size;
-    a->stats.segment_count--;
-    a->stats.num_segment_frees++;
-    a->stats.released_bytes_total += b->size;
-    free(b->uses);
-    free(b);
 }
 
 /* Returns to the target every cached block that no queued work can still
@@ -252,18 +262,22 @@ static void release_cached(allocator *a) {
 /* ------------------------------------------------------------ allocation */
 
 /* A block of n bytes for stream s from the cache, or a new segment if the
- * capacity allows; *out = NULL if neither. *host_failed tells the target
- * refused a segment within capacity. */
-static tpu_status try_alloc(allocator *a, int s, size_t n, block **out, bool *host_failed) {
+ * capacity and the fraction's limit allow; *out = NULL if neither.
+ * *host_failed tells the target refused a segment within the limit. */
+static tpu_status try_alloc(allocator *a, int s, size_t n, void *context, block **out,
+                            bool *host_failed) {
     promote_pending(a);
-    block *b = cache_take(a, s, n);
+    if (a->no_caching)
+        release_cached(a); /* what queued work has finished with */
+    block *b = a->no_caching ? NULL : cache_take(a, s, n);
     if (b) {
         a->stats.num_cache_hits++;
         *out = b;
         return TPU_OK;
     }
     *out = NULL;
-    if (a->stats.reserved_bytes + n > a->capacity)
+    uint64_t reserved = (uint64_t)a->stats.reserved_bytes[TPU_MEM_POOL_ALL].current;
+    if (reserved + n > a->limit)
         return TPU_OK;
     b = calloc(1, sizeof *b);
     if (!b)
@@ -274,40 +288,78 @@ static tpu_status try_alloc(allocator *a, int s, size_t n, block **out, bool *ho
         return TPU_OK;
     }
     b->size = n;
-    a->stats.reserved_bytes += n;
-    if (a->stats.reserved_bytes > a->stats.reserved_bytes_peak)
-        a->stats.reserved_bytes_peak = a->stats.reserved_bytes;
-    a->stats.segment_count++;
-    if (a->stats.segment_count > a->stats.segment_count_peak)
-        a->stats.segment_count_peak = a->stats.segment_count;
-    a->stats.num_segment_allocs++;
-    a->stats.segment_bytes_total += n;
+    b->stream = s;
+    tpu_mem_pool pool = tpu_mem_pool_of(n);
+    tpu_mem_stat_raise(a->stats.reserved_bytes, pool, (int64_t)n);
+    tpu_mem_stat_raise(a->stats.segment, pool, 1);
+    a->stats.num_device_alloc++;
+    if (tpu_mem_keeps_block_context(a)) {
+        b->seg_context = context;
+        tpu_mem_context_retain(context);
+    }
+    tpu_mem_record_event(a, TPU_MEM_ACTION_SEGMENT_ALLOC, s, (uint64_t)(uintptr_t)b->ptr, n, 0,
+                         context);
     *out = b;
     return TPU_OK;
 }
 
 /* The message gives exact byte counts beside the rounded ones, and the
  * rounded block size, so that it never reads "tried to allocate 16.00 MiB;
- * 16.00 MiB free" when a few bytes (or the rounding) decide. */
-static tpu_status out_of_memory(allocator *a, size_t nbytes, bool host_failed) {
-    char want[32], avail[32], cap[32], cached[32];
-    uint64_t free_bytes = a->capacity - a->stats.reserved_bytes;
+ * 16.00 MiB free" when a few bytes (or the rounding) decide. A limit set
+ * by the memory fraction is named with the fraction. */
+static tpu_status out_of_memory(allocator *a, int s, size_t nbytes, bool host_failed,
+                                void *context) {
+    char want[32], avail[32], cap[32], cached[32], limit[32];
+    uint64_t reserved = (uint64_t)a->stats.reserved_bytes[TPU_MEM_POOL_ALL].current;
+    uint64_t free_bytes = a->capacity - reserved;
     format_bytes(want, sizeof want, nbytes);
     format_bytes(avail, sizeof avail, free_bytes);
     format_bytes(cap, sizeof cap, a->capacity);
     format_bytes(cached, sizeof cached, a->cached_bytes);
+    format_bytes(limit, sizeof limit, a->limit);
     a->stats.num_ooms++;
-    char block[48] = "";
+    tpu_mem_record_event(a, TPU_MEM_ACTION_OOM, s, 0, nbytes, free_bytes, context);
+    char block_size[48] = "";
     if (nbytes <= a->capacity && round_size(nbytes) != nbytes)
-        snprintf(block, sizeof block, ", a block of %zu bytes", round_size(nbytes));
+        snprintf(block_size, sizeof block_size, ", a block of %zu bytes", round_size(nbytes));
+    char fraction[160] = "";
+    if (a->limit < a->capacity)
+        snprintf(fraction, sizeof fraction,
+                 "; the per-process memory fraction %g limits this process to %s (%" PRIu64
+                 " bytes), %" PRIu64 " bytes reserved",
+                 a->fraction, limit, a->limit, reserved);
     return tpu_set_error(TPU_ERR_OUT_OF_MEMORY,
                          "tpu:%d out of memory: tried to allocate %s (%zu bytes%s); %s (%" PRIu64
-                         " bytes) free of %s capacity (%s cached)%s",
-                         a->chip, want, nbytes, block, avail, free_bytes, cap, cached,
+                         " bytes) free of %s capacity (%s cached)%s%s",
+                         a->chip, want, nbytes, block_size, avail, free_bytes, cap, cached, fraction,
                          host_failed ? "; the host itself has no memory left" : "");
 }
 
+/* Hands out b to the caller: the statistics and the ALLOC event. */
+static void hand_out(allocator *a, block *b, size_t nbytes, void *context) {
+    b->requested = nbytes;
+    if (tpu_mem_keeps_block_context(a)) {
+        b->context = context;
+        tpu_mem_context_retain(context);
+    }
+    live_insert(a, b);
+    tpu_mem_stats *m = &a->stats;
+    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_stat_raise(m->allocation, pool, 1);
+    tpu_mem_stat_raise(m->allocated_bytes, pool, (int64_t)b->size);
+    tpu_mem_stat_raise(m->active, pool, 1);
+    tpu_mem_stat_raise(m->active_bytes, pool, (int64_t)b->size);
+    tpu_mem_stat_raise(m->requested_bytes, pool, (int64_t)nbytes);
+    tpu_mem_record_event(a, TPU_MEM_ACTION_ALLOC, b->stream, (uint64_t)(uintptr_t)b->ptr, nbytes, 0,
+                         context);
+}
+
 tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out) {
+    return tpu_mem_alloc_ctx(chip, nbytes, stream, NULL, out);
+}
+
+tpu_status tpu_mem_alloc_ctx(int chip, size_t nbytes, tpu_stream *stream, void *context,
+                             void **out) {
     tpu_status st = tpu_rt_enter_chip("tpu_mem_alloc", chip);
     if (st != TPU_OK)
         return st;
@@ -326,7 +378,7 @@ tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out
     int s = stream ? tpu_stream_index(stream) : 0;
     pthread_mutex_lock(&a->lock);
     if (nbytes > a->capacity) { /* hopeless: no need to flush anything */
-        st = out_of_memory(a, nbytes, false);
+        st = out_of_memory(a, s, nbytes, false, context);
         pthread_mutex_unlock(&a->lock);
         return st;
     }
@@ -338,7 +390,7 @@ tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out
 
     block *b = NULL;
     bool host_failed = false;
-    st = try_alloc(a, s, n, &b, &host_failed);
+    st = try_alloc(a, s, n, context, &b, &host_failed);
     if (st == TPU_OK && !b) {
         /* Flush: let every stream finish (this chip's cached blocks may
          * still be in use by queued work, on this chip's streams or, after
@@ -350,29 +402,17 @@ tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out
             tpu_chip_drain(c);
         pthread_mutex_lock(&a->lock);
         a->stats.num_alloc_retries++;
+        a->stats.num_sync_all_streams++;
         promote_pending(a);
         release_cached(a);
         host_failed = false;
-        st = try_alloc(a, s, n, &b, &host_failed);
+        st = try_alloc(a, s, n, context, &b, &host_failed);
         if (st == TPU_OK && !b)
-            st = out_of_memory(a, nbytes, host_failed);
+            st = out_of_memory(a, s, nbytes, host_failed, context);
     }
     if (st == TPU_OK) {
-        b->requested = nbytes;
         b->stream = s;
-        live_insert(a, b);
-        tpu_mem_stats *m = &a->stats;
-        m->allocated_bytes += b->size;
-        if (m->allocated_bytes > m->allocated_bytes_peak)
-            m->allocated_bytes_peak = m->allocated_bytes;
-        m->requested_bytes += nbytes;
-        if (m->requested_bytes > m->requested_bytes_peak)
-            m->requested_bytes_peak = m->requested_bytes;
-        m->allocation_count++;
-        if (m->allocation_count > m->allocation_count_peak)
-            m->allocation_count_peak = m->allocation_count;
-        m->num_allocs++;
-        m->allocated_bytes_total += b->size;
+        hand_out(a, b, nbytes, context);
         *out = b->ptr;
     }
     pthread_mutex_unlock(&a->lock);
@@ -387,15 +427,16 @@ static bool use_pending_at_free(block_use *u) {
     return tpu_stream_completed_seq(u->stream) < u->seq;
 }
 
-/* Puts a block that was just unlinked from the live map into the cache, or
- * on the pending list while work recorded on other streams may use it. */
-static void free_block(allocator *a, block *b) {
+/* Frees a block that was just unlinked from the live map: completes the
+ * free at once, or parks the block on the pending list while work recorded
+ * on other streams may use it. `context` is the free's, or NULL. */
+static void free_block(allocator *a, block *b, void *context) {
     tpu_mem_stats *m = &a->stats;
-    m->allocated_bytes -= b->size;
-    m->requested_bytes -= b->requested;
-    m->allocation_count--;
-    m->num_frees++;
-    m->freed_bytes_total += b->size;
+    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_stat_lower(m->allocation, pool, 1);
+    tpu_mem_stat_lower(m->allocated_bytes, pool, (int64_t)b->size);
+    tpu_mem_record_event(a, TPU_MEM_ACTION_FREE_REQUESTED, b->stream, (uint64_t)(uintptr_t)b->ptr,
+                         b->requested, 0, context ? context : b->context);
 
     tpu_stream *own = tpu_stream_peek(a->chip, b->stream);
     b->free_seq = own ? tpu_stream_submitted_seq(own) : 0;
@@ -411,7 +452,7 @@ static void free_block(allocator *a, block *b) {
         b->next = a->pending;
         a->pending = b;
     } else {
-        cache_insert(a, b);
+        complete_free(a, b, context);
     }
 }
 
@@ -443,6 +484,10 @@ static void queue_free_marker(const void *ptr, int chips) {
 }
 
 tpu_status tpu_mem_free(void *ptr) {
+    return tpu_mem_free_ctx(ptr, NULL);
+}
+
+tpu_status tpu_mem_free_ctx(void *ptr, void *context) {
     tpu_status st = tpu_rt_enter();
     if (st != TPU_OK)
         return st;
@@ -456,7 +501,7 @@ tpu_status tpu_mem_free(void *ptr) {
         pthread_mutex_lock(&a->lock);
         block *b = live_remove(a, ptr);
         if (b)
-            free_block(a, b);
+            free_block(a, b, context);
         pthread_mutex_unlock(&a->lock);
         if (b)
             return TPU_OK;
@@ -573,69 +618,34 @@ tpu_status tpu_mem_empty_cache(int chip) {
     tpu_chip_drain(chip);
     allocator *a = &g_alloc[chip];
     pthread_mutex_lock(&a->lock);
+    a->stats.num_sync_all_streams++;
     promote_pending(a);
     release_cached(a);
     pthread_mutex_unlock(&a->lock);
     return TPU_OK;
 }
 
-/* ----------------------------------------------------------------- stats */
-
-tpu_status tpu_mem_get_stats(int chip, tpu_mem_stats *out) {
-    tpu_status st = tpu_rt_enter_chip("tpu_mem_get_stats", chip);
-    if (st != TPU_OK)
-        return st;
-    if (!out)
-        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_mem_get_stats: out is NULL");
-    allocator *a = &g_alloc[chip];
-    pthread_mutex_lock(&a->lock);
-    *out = a->stats;
-    pthread_mutex_unlock(&a->lock);
-    return TPU_OK;
+void tpu_mem_set_caching(bool enabled) {
+    if (tpu_rt_enter() != TPU_OK) {
+        tpu_clear_error(); /* nothing to configure in a runtime that cannot start */
+        return;
+    }
+    for (int c = 0; c < tpu_rt_chip_count(); c++) {
+        allocator *a = &g_alloc[c];
+        pthread_mutex_lock(&a->lock);
+        a->no_caching = !enabled;
+        pthread_mutex_unlock(&a->lock);
+    }
 }
 
-tpu_status tpu_mem_reset_peak_stats(int chip) {
-    tpu_status st = tpu_rt_enter_chip("tpu_mem_reset_peak_stats", chip);
-    if (st != TPU_OK)
-        return st;
-    allocator *a = &g_alloc[chip];
+bool tpu_mem_caching_enabled(void) {
+    if (tpu_rt_enter() != TPU_OK) {
+        tpu_clear_error();
+        return true;
+    }
+    allocator *a = &g_alloc[0];
     pthread_mutex_lock(&a->lock);
-    a->stats.allocated_bytes_peak = a->stats.allocated_bytes;
-    a->stats.reserved_bytes_peak = a->stats.reserved_bytes;
-    a->stats.requested_bytes_peak = a->stats.requested_bytes;
-    a->stats.allocation_count_peak = a->stats.allocation_count;
-    a->stats.segment_count_peak = a->stats.segment_count;
+    bool on = !a->no_caching;
     pthread_mutex_unlock(&a->lock);
-    return TPU_OK;
-}
-
-tpu_status tpu_mem_reset_accumulated_stats(int chip) {
-    tpu_status st = tpu_rt_enter_chip("tpu_mem_reset_accumulated_stats", chip);
-    if (st != TPU_OK)
-        return st;
-    allocator *a = &g_alloc[chip];
-    pthread_mutex_lock(&a->lock);
-    tpu_mem_stats *m = &a->stats;
-    m->num_allocs = m->num_frees = 0;
-    m->allocated_bytes_total = m->freed_bytes_total = 0;
-    m->num_segment_allocs = m->num_segment_frees = 0;
-    m->segment_bytes_total = m->released_bytes_total = 0;
-    m->num_cache_hits = m->num_alloc_retries = m->num_ooms = 0;
-    pthread_mutex_unlock(&a->lock);
-    return TPU_OK;
-}
-
-tpu_status tpu_mem_get_info(int chip, uint64_t *free_bytes, uint64_t *total_bytes) {
-    tpu_status st = tpu_rt_enter_chip("tpu_mem_get_info", chip);
-    if (st != TPU_OK)
-        return st;
-    if (!free_bytes || !total_bytes)
-        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_mem_get_info: %s is NULL",
-                             free_bytes ? "total_bytes" : "free_bytes");
-    allocator *a = &g_alloc[chip];
-    pthread_mutex_lock(&a->lock);
-    *free_bytes = a->capacity - a->stats.reserved_bytes;
-    *total_bytes = a->capacity;
-    pthread_mutex_unlock(&a->lock);
-    return TPU_OK;
+    return on;
 }

@@ -2,12 +2,14 @@
  * OOM, statistics, empty_cache. Runs with a 64 MiB capacity per chip. */
 #define _POSIX_C_SOURCE 200809L
 
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
 #include "runtime_test.h"
+#include "tpu/mem_history.h"
 #include "tpu/runtime.h"
 
 #define MIB (1024u * 1024u)
@@ -17,6 +19,9 @@ static tpu_stream *stream(int chip, int index) {
     CHECK_OK(tpu_stream_get(chip, index, &s));
     return s;
 }
+
+/* The "all" pool of a statistic. */
+#define ALL(stat) ((stat)[TPU_MEM_POOL_ALL])
 
 static tpu_mem_stats stats(int chip) {
     tpu_mem_stats m;
@@ -31,7 +36,8 @@ static void reset(int chip) {
     CHECK_OK(tpu_mem_reset_accumulated_stats(chip));
     CHECK_OK(tpu_mem_reset_peak_stats(chip));
     tpu_mem_stats m = stats(chip);
-    CHECK(m.allocated_bytes == 0 && m.reserved_bytes == 0 && m.allocation_count == 0);
+    CHECK(ALL(m.allocated_bytes).current == 0 && ALL(m.reserved_bytes).current == 0 &&
+          ALL(m.allocation).current == 0);
 }
 
 static void test_args(void) {
@@ -74,11 +80,12 @@ static void test_reuse_same_stream(void) {
     CHECK_OK(tpu_mem_free(r));
 
     tpu_mem_stats m = stats(0);
-    CHECK(m.num_allocs == 4 && m.num_frees == 4);
+    CHECK(ALL(m.allocation).allocated == 4 && ALL(m.allocation).freed == 4);
     CHECK(m.num_cache_hits == 2);
-    CHECK(m.num_segment_allocs == 2);
-    CHECK(m.reserved_bytes == 1536 + 512);
-    CHECK(m.allocated_bytes == 0 && m.allocation_count == 0 && m.requested_bytes == 0);
+    CHECK(m.num_device_alloc == 2);
+    CHECK(ALL(m.reserved_bytes).current == 1536 + 512);
+    CHECK(ALL(m.allocated_bytes).current == 0 && ALL(m.allocation).current == 0 &&
+          ALL(m.requested_bytes).current == 0);
 }
 
 static void test_no_reuse_across_streams(void) {
@@ -123,34 +130,38 @@ static void test_stats_and_rounding(void) {
     CHECK_OK(tpu_mem_alloc(0, 1 * MIB, NULL, &b));
     CHECK_OK(tpu_mem_alloc(0, 1 * MIB + 1, NULL, &c));
     tpu_mem_stats m = stats(0);
-    CHECK(m.allocated_bytes == 512 + 1 * MIB + 2 * MIB);
-    CHECK(m.requested_bytes == 1 + 1 * MIB + 1 * MIB + 1);
-    CHECK(m.reserved_bytes == m.allocated_bytes);
-    CHECK(m.allocation_count == 3 && m.num_allocs == 3 && m.num_segment_allocs == 3);
-    CHECK(m.allocated_bytes_peak == m.allocated_bytes);
+    CHECK(ALL(m.allocated_bytes).current == 512 + 1 * MIB + 2 * MIB);
+    CHECK(ALL(m.requested_bytes).current == 1 + 1 * MIB + 1 * MIB + 1);
+    CHECK(ALL(m.reserved_bytes).current == ALL(m.allocated_bytes).current);
+    CHECK(ALL(m.allocation).current == 3 && ALL(m.allocation).allocated == 3 &&
+          m.num_device_alloc == 3);
+    CHECK(ALL(m.allocated_bytes).peak == ALL(m.allocated_bytes).current);
 
     CHECK_OK(tpu_mem_free(c));
     m = stats(0);
-    CHECK(m.allocated_bytes == 512 + 1 * MIB);
-    CHECK(m.reserved_bytes == 512 + 3 * MIB); /* c is cached */
-    CHECK(m.allocated_bytes_peak == 512 + 3 * MIB);
+    CHECK(ALL(m.allocated_bytes).current == 512 + 1 * MIB);
+    CHECK(ALL(m.reserved_bytes).current == 512 + 3 * MIB); /* c is cached */
+    CHECK(ALL(m.allocated_bytes).peak == 512 + 3 * MIB);
     CHECK_OK(tpu_mem_reset_peak_stats(0));
     m = stats(0);
-    CHECK(m.allocated_bytes_peak == 512 + 1 * MIB && m.reserved_bytes_peak == 512 + 3 * MIB);
+    CHECK(ALL(m.allocated_bytes).peak == 512 + 1 * MIB &&
+          ALL(m.reserved_bytes).peak == 512 + 3 * MIB);
 
     uint64_t free_b, total;
     CHECK_OK(tpu_mem_get_info(0, &free_b, &total));
-    CHECK(total == 64 * MIB && free_b == total - m.reserved_bytes);
+    CHECK(total == 64 * MIB && free_b == total - (uint64_t)ALL(m.reserved_bytes).current);
 
     CHECK_OK(tpu_mem_free(a));
     CHECK_OK(tpu_mem_free(b));
     CHECK_OK(tpu_mem_empty_cache(0));
     m = stats(0);
-    CHECK(m.reserved_bytes == 0 && m.allocated_bytes == 0 && m.num_segment_frees == 3);
+    CHECK(ALL(m.reserved_bytes).current == 0 && ALL(m.allocated_bytes).current == 0 &&
+          m.num_device_free == 3);
     CHECK_OK(tpu_mem_reset_accumulated_stats(0));
     m = stats(0);
-    CHECK(m.num_allocs == 0 && m.num_frees == 0 && m.num_segment_allocs == 0 &&
-          m.num_segment_frees == 0 && m.num_cache_hits == 0);
+    CHECK(ALL(m.allocation).allocated == 0 && ALL(m.allocation).freed == 0 &&
+          m.num_device_alloc == 0 &&
+          m.num_device_free == 0 && m.num_cache_hits == 0);
 }
 
 /* Counts and peaks of allocations and segments, and byte totals, stay
@@ -163,28 +174,30 @@ static void test_counts_peaks_and_totals(void) {
     CHECK_OK(tpu_mem_alloc(0, 1000, NULL, &a));
     CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &b));
     tpu_mem_stats m = stats(0);
-    CHECK(m.allocation_count == 2 && m.allocation_count_peak == 2);
-    CHECK(m.segment_count == 2 && m.segment_count_peak == 2);
-    CHECK(m.requested_bytes_peak == 1000 + 3 * MIB);
-    CHECK(m.allocated_bytes_total == 1024 + 4 * MIB && m.freed_bytes_total == 0);
-    CHECK(m.segment_bytes_total == 1024 + 4 * MIB);
+    CHECK(ALL(m.allocation).current == 2 && ALL(m.allocation).peak == 2);
+    CHECK(ALL(m.segment).current == 2 && ALL(m.segment).peak == 2);
+    CHECK(ALL(m.requested_bytes).peak == 1000 + 3 * MIB);
+    CHECK(ALL(m.allocated_bytes).allocated == 1024 + 4 * MIB && ALL(m.allocated_bytes).freed == 0);
+    CHECK(ALL(m.reserved_bytes).allocated == 1024 + 4 * MIB);
     CHECK_OK(tpu_mem_free(b));
     m = stats(0);
-    CHECK(m.allocation_count == 1 && m.allocation_count_peak == 2);
-    CHECK(m.freed_bytes_total == 4 * MIB && m.segment_count == 2); /* b is cached */
+    CHECK(ALL(m.allocation).current == 1 && ALL(m.allocation).peak == 2);
+    CHECK(ALL(m.allocated_bytes).freed == 4 * MIB && ALL(m.segment).current == 2); /* b is cached */
     CHECK_OK(tpu_mem_empty_cache(0));
     m = stats(0);
-    CHECK(m.segment_count == 1 && m.segment_count_peak == 2 && m.released_bytes_total == 4 * MIB);
+    CHECK(ALL(m.segment).current == 1 && ALL(m.segment).peak == 2 &&
+          ALL(m.reserved_bytes).freed == 4 * MIB);
     CHECK_OK(tpu_mem_reset_accumulated_stats(0));
     CHECK_OK(tpu_mem_reset_peak_stats(0));
     m = stats(0);
-    CHECK(m.allocated_bytes_total == 0 && m.freed_bytes_total == 0 && m.segment_bytes_total == 0 &&
-          m.released_bytes_total == 0);
-    CHECK(m.segment_count == 1 && m.segment_count_peak == 1 && m.allocation_count_peak == 1);
-    CHECK(m.requested_bytes_peak == 1000);
+    CHECK(ALL(m.allocated_bytes).allocated == 0 && ALL(m.allocated_bytes).freed == 0 &&
+          ALL(m.reserved_bytes).allocated == 0 &&
+          ALL(m.reserved_bytes).freed == 0);
+    CHECK(ALL(m.segment).current == 1 && ALL(m.segment).peak == 1 && ALL(m.allocation).peak == 1);
+    CHECK(ALL(m.requested_bytes).peak == 1000);
     CHECK_OK(tpu_mem_free(a));
     CHECK_OK(tpu_mem_empty_cache(0));
-    CHECK(stats(0).segment_count == 0);
+    CHECK(ALL(stats(0).segment).current == 0);
 }
 
 static void test_chip_of(void) {
@@ -218,8 +231,8 @@ static void test_oom(void) {
 
     tpu_mem_stats m = stats(0);
     CHECK(m.num_ooms == 1 && m.num_alloc_retries == 1);
-    CHECK(m.allocated_bytes == 48 * MIB && m.reserved_bytes == 48 * MIB);
-    CHECK(m.allocation_count == 1 && m.num_allocs == 1);
+    CHECK(ALL(m.allocated_bytes).current == 48 * MIB && ALL(m.reserved_bytes).current == 48 * MIB);
+    CHECK(ALL(m.allocation).current == 1 && ALL(m.allocation).allocated == 1);
 
     /* More than the capacity: refused at once. */
     CHECK_STATUS(tpu_mem_alloc(0, (size_t)1 << 40, NULL, &huge), TPU_ERR_OUT_OF_MEMORY);
@@ -242,7 +255,153 @@ static void test_oom(void) {
     CHECK_OK(tpu_mem_free(big));
     CHECK_OK(tpu_mem_alloc(0, 32 * MIB, NULL, &more));
     CHECK_OK(tpu_mem_free(more));
-    CHECK(stats(0).allocated_bytes == 0);
+    CHECK(ALL(stats(0).allocated_bytes).current == 0);
+}
+
+/* Small (<= 1 MiB) and large blocks are counted in their own pools and
+ * add up to "all"; a block freed while another stream's recorded work may
+ * use it is no longer allocated but still active (and its requested bytes
+ * still count) until that work has run. */
+static void test_pools_and_active(void) {
+    reset(0);
+    void *small, *large;
+    CHECK_OK(tpu_mem_alloc(0, 1000, NULL, &small));     /* a 1024-byte block */
+    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &large)); /* a 4 MiB block */
+    tpu_mem_stats m = stats(0);
+    CHECK(m.allocated_bytes[TPU_MEM_POOL_SMALL].current == 1024);
+    CHECK(m.allocated_bytes[TPU_MEM_POOL_LARGE].current == 4 * MIB);
+    CHECK(ALL(m.allocated_bytes).current == 1024 + 4 * MIB);
+    CHECK(m.segment[TPU_MEM_POOL_SMALL].current == 1 && m.segment[TPU_MEM_POOL_LARGE].current == 1);
+    CHECK(m.reserved_bytes[TPU_MEM_POOL_SMALL].current == 1024);
+    CHECK(m.requested_bytes[TPU_MEM_POOL_LARGE].current == 3 * MIB);
+    CHECK(ALL(m.active).current == 2 && ALL(m.active_bytes).current == 1024 + 4 * MIB);
+    CHECK_OK(tpu_mem_free(small));
+    CHECK_OK(tpu_mem_free(large));
+
+    tpu_stream *s1 = stream(0, 1), *s2 = stream(0, 2);
+    gate g = {0};
+    void *p, *q;
+    CHECK_OK(tpu_mem_alloc(0, 8192, s1, &p));
+    CHECK_OK(tpu_stream_submit_host_fn(s2, gate_wait, &g));
+    CHECK_OK(tpu_mem_record_stream(p, s2));
+    CHECK(gate_reached(&g));
+    CHECK_OK(tpu_mem_free(p));
+    m = stats(0);
+    CHECK(ALL(m.allocation).current == 0 && ALL(m.allocated_bytes).current == 0);
+    CHECK(ALL(m.active).current == 1 && ALL(m.active_bytes).current == 8192);
+    CHECK(ALL(m.requested_bytes).current == 8192);
+    gate_open(&g);
+    CHECK_OK(tpu_stream_synchronize(s2));
+    CHECK_OK(tpu_mem_alloc(0, 100, s1, &q)); /* frees complete lazily, at the next allocation */
+    m = stats(0);
+    CHECK(ALL(m.active).current == 1 && ALL(m.active_bytes).current == 512);
+    CHECK(ALL(m.active).freed == 3 && ALL(m.active_bytes).freed == 1024 + 4 * MIB + 8192);
+    CHECK(ALL(m.requested_bytes).current == 100);
+    CHECK_OK(tpu_mem_free(q));
+    CHECK(m.num_sync_all_streams == 0);
+    CHECK_OK(tpu_mem_empty_cache(0));
+    CHECK(stats(0).num_sync_all_streams == 1);
+}
+
+/* The per-process memory fraction limits reserved memory: cached blocks
+ * are released first, then the request fails naming the limit; cached
+ * blocks within the reservation are still handed out; mem_get_info does
+ * not change. */
+static void test_fraction(void) {
+    reset(0);
+    double f = -1;
+    CHECK_OK(tpu_mem_get_fraction(0, &f));
+    CHECK(f == 1.0);
+    CHECK_STATUS(tpu_mem_set_fraction(0, 1.5), TPU_ERR_INVALID_ARG);
+    CHECK_CONTAINS(tpu_last_error_message(), "fraction 1.5 is outside [0, 1]");
+    CHECK_STATUS(tpu_mem_set_fraction(0, -0.25), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_mem_set_fraction(0, NAN), TPU_ERR_INVALID_ARG);
+    CHECK_STATUS(tpu_mem_set_fraction(2, 0.5), TPU_ERR_INVALID_DEVICE);
+    CHECK_STATUS(tpu_mem_get_fraction(0, NULL), TPU_ERR_INVALID_ARG);
+    CHECK_OK(tpu_mem_get_fraction(0, &f));
+    CHECK(f == 1.0);
+
+    CHECK_OK(tpu_mem_set_fraction(0, 0.25)); /* 16 MiB of 64 */
+    CHECK_OK(tpu_mem_get_fraction(0, &f));
+    CHECK(f == 0.25);
+    CHECK_OK(tpu_mem_get_fraction(1, &f));
+    CHECK(f == 1.0); /* per chip */
+    void *a, *b = (void *)1, *c;
+    CHECK_OK(tpu_mem_alloc(0, 8 * MIB, NULL, &a));
+    CHECK_STATUS(tpu_mem_alloc(0, 12 * MIB, NULL, &b), TPU_ERR_OUT_OF_MEMORY);
+    CHECK(b == NULL);
+    const char *msg = tpu_last_error_message();
+    CHECK_CONTAINS(msg, "tried to allocate 12.00 MiB (12582912 bytes)");
+    CHECK_CONTAINS(msg, "free of 64.00 MiB capacity");
+    CHECK_CONTAINS(msg, "memory fraction 0.25 limits this process to 16.00 MiB (16777216 bytes)");
+    CHECK_CONTAINS(msg, "8388608 bytes reserved");
+    tpu_mem_stats m = stats(0);
+    CHECK(m.num_ooms == 1 && m.num_alloc_retries == 1);
+    uint64_t free_b, total;
+    CHECK_OK(tpu_mem_get_info(0, &free_b, &total));
+    CHECK(total == 64 * MIB && free_b == 56 * MIB);
+    CHECK_OK(tpu_mem_alloc(0, 8 * MIB, NULL, &b)); /* exactly up to the limit */
+    CHECK_OK(tpu_mem_free(b));
+
+    /* A cached block of another stream is released to make room. */
+    CHECK_OK(tpu_mem_free(a));
+    CHECK_OK(tpu_mem_alloc(0, 12 * MIB, stream(0, 3), &c));
+    m = stats(0);
+    CHECK(m.num_ooms == 1 && m.num_alloc_retries == 2);
+    CHECK(ALL(m.reserved_bytes).current == 12 * MIB);
+    CHECK_OK(tpu_mem_free(c));
+
+    /* Below what is reserved: nothing is freed, the cache still serves its
+     * stream, and a new segment is refused. */
+    CHECK_OK(tpu_mem_set_fraction(0, 0.0));
+    CHECK(ALL(stats(0).reserved_bytes).current == 12 * MIB);
+    CHECK_OK(tpu_mem_alloc(0, 12 * MIB, stream(0, 3), &c));
+    CHECK_STATUS(tpu_mem_alloc(0, 100, NULL, &b), TPU_ERR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(tpu_last_error_message(), "limits this process to 0 bytes (0 bytes)");
+    CHECK_OK(tpu_mem_free(c));
+    CHECK_OK(tpu_mem_set_fraction(0, 1.0));
+    CHECK_OK(tpu_mem_alloc(0, 40 * MIB, NULL, &b));
+    CHECK_OK(tpu_mem_free(b));
+    tpu_clear_error();
+}
+
+/* Caching off: no block is handed out twice, and a segment goes back to
+ * the target as soon as no queued work can use it. */
+static void test_caching_off(void) {
+    reset(0);
+    CHECK(tpu_mem_caching_enabled());
+    tpu_mem_set_caching(false);
+    CHECK(!tpu_mem_caching_enabled());
+    void *p, *q;
+    CHECK_OK(tpu_mem_alloc(0, 4096, NULL, &p));
+    CHECK_OK(tpu_mem_free(p));
+    tpu_mem_stats m = stats(0);
+    CHECK(ALL(m.reserved_bytes).current == 0 && m.num_device_free == 1 && m.num_cache_hits == 0);
+
+    tpu_stream *s1 = stream(0, 1);
+    gate g = {0};
+    CHECK_OK(tpu_mem_alloc(0, 8192, s1, &p));
+    CHECK_OK(tpu_stream_submit_host_fn(s1, gate_wait, &g)); /* s1 may still use p */
+    CHECK(gate_reached(&g));
+    CHECK_OK(tpu_mem_free(p));
+    CHECK(ALL(stats(0).reserved_bytes).current == 8192); /* kept until s1 is done */
+    CHECK_OK(tpu_mem_alloc(0, 8192, s1, &q));
+    CHECK(q != p && stats(0).num_cache_hits == 0); /* not handed out again */
+    gate_open(&g);
+    CHECK_OK(tpu_stream_synchronize(s1));
+    CHECK_OK(tpu_mem_free(q)); /* s1 is idle: released at once */
+    CHECK(ALL(stats(0).reserved_bytes).current == 8192);
+    CHECK_OK(tpu_mem_alloc(0, 100, NULL, &q)); /* and p at the next allocation */
+    CHECK(ALL(stats(0).reserved_bytes).current == 512);
+    CHECK_OK(tpu_mem_free(q));
+    CHECK(ALL(stats(0).reserved_bytes).current == 0);
+
+    tpu_mem_set_caching(true);
+    CHECK_OK(tpu_mem_alloc(0, 4096, NULL, &p));
+    CHECK_OK(tpu_mem_free(p));
+    CHECK_OK(tpu_mem_alloc(0, 4096, NULL, &q));
+    CHECK(q == p && stats(0).num_cache_hits == 1);
+    CHECK_OK(tpu_mem_free(q));
 }
 
 /* Opens a gate after 50 ms, from another thread. */
@@ -258,11 +417,11 @@ static void test_oom_retry_releases_cache(void) {
     void *p, *q;
     CHECK_OK(tpu_mem_alloc(0, 40 * MIB, stream(0, 1), &p));
     CHECK_OK(tpu_mem_free(p));
-    CHECK(stats(0).reserved_bytes == 40 * MIB);
+    CHECK(ALL(stats(0).reserved_bytes).current == 40 * MIB);
     CHECK_OK(tpu_mem_alloc(0, 40 * MIB, stream(0, 2), &q));
     tpu_mem_stats m = stats(0);
-    CHECK(m.num_alloc_retries == 1 && m.num_ooms == 0 && m.num_segment_frees == 1);
-    CHECK(m.reserved_bytes == 40 * MIB);
+    CHECK(m.num_alloc_retries == 1 && m.num_ooms == 0 && m.num_device_free == 1);
+    CHECK(ALL(m.reserved_bytes).current == 40 * MIB);
     CHECK_OK(tpu_mem_free(q));
 
     /* A freed block still used by recorded work on another chip's stream
@@ -280,7 +439,7 @@ static void test_oom_retry_releases_cache(void) {
     CHECK_OK(tpu_mem_alloc(0, 40 * MIB, stream(0, 4), &q));
     pthread_join(opener, NULL);
     m = stats(0);
-    CHECK(m.reserved_bytes == 40 * MIB && m.num_ooms == 0);
+    CHECK(ALL(m.reserved_bytes).current == 40 * MIB && m.num_ooms == 0);
     CHECK_OK(tpu_mem_free(q));
 }
 
@@ -311,11 +470,11 @@ static void test_empty_cache_waits(void) {
     pthread_create(&t, NULL, empty_cache_thread, &f);
     sleep_ms(50);
     CHECK(!atomic_load(&f.done)); /* waiting for s1 */
-    CHECK(stats(0).reserved_bytes == 512 * 8);
+    CHECK(ALL(stats(0).reserved_bytes).current == 512 * 8);
     gate_open(&g);
     pthread_join(t, NULL);
     CHECK(atomic_load(&f.done));
-    CHECK(stats(0).reserved_bytes == 0);
+    CHECK(ALL(stats(0).reserved_bytes).current == 0);
 }
 
 /* Many threads allocating and freeing: the counters stay consistent. */
@@ -344,11 +503,13 @@ static void test_threads(void) {
         pthread_join(t[i], NULL);
     for (int c = 0; c < 2; c++) {
         tpu_mem_stats m = stats(c);
-        CHECK(m.num_allocs == 2 * 500 * 16 && m.num_frees == m.num_allocs);
-        CHECK(m.allocated_bytes == 0 && m.allocation_count == 0 && m.requested_bytes == 0);
-        CHECK(m.num_cache_hits + m.num_segment_allocs == m.num_allocs);
+        CHECK(ALL(m.allocation).allocated == 2 * 500 * 16 &&
+              ALL(m.allocation).freed == ALL(m.allocation).allocated);
+        CHECK(ALL(m.allocated_bytes).current == 0 && ALL(m.allocation).current == 0 &&
+              ALL(m.requested_bytes).current == 0);
+        CHECK(m.num_cache_hits + m.num_device_alloc == (uint64_t)ALL(m.allocation).allocated);
         CHECK_OK(tpu_mem_empty_cache(c));
-        CHECK(stats(c).reserved_bytes == 0);
+        CHECK(ALL(stats(c).reserved_bytes).current == 0);
     }
 }
 
@@ -364,6 +525,9 @@ int main(void) {
     test_counts_peaks_and_totals();
     test_chip_of();
     test_oom();
+    test_pools_and_active();
+    test_fraction();
+    test_caching_off();
     test_oom_retry_releases_cache();
     test_empty_cache_waits();
     test_threads();

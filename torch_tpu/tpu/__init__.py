@@ -22,16 +22,36 @@ from torch_tpu.tpu.device import (
     synchronize,
 )
 from torch_tpu.tpu.memory import (
+    caching_allocator_alloc,
+    caching_allocator_delete,
+    caching_allocator_disabled,
+    caching_allocator_enable,
+    device_memory_used,
     empty_cache,
+    get_allocator_backend,
+    get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
+    max_memory_cached,
     max_memory_reserved,
     mem_get_info,
     memory_allocated,
+    memory_cached,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
+    memory_stats_as_nested_dict,
+    memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
+    set_per_process_memory_fraction,
 )
+from torch_tpu.tpu.sync_debug import get_sync_debug_mode, set_sync_debug_mode
 from torch_tpu.tpu.modes import (
     fallback_stats,
     fusion_stats,
@@ -67,6 +87,12 @@ from torch_tpu.tpu.streams import (
 )
 
 __all__ = [
+    "caching_allocator_alloc", "caching_allocator_delete", "caching_allocator_disabled", "caching_allocator_enable",
+    "get_allocator_backend", "device_memory_used", "get_per_process_memory_fraction", "get_sync_debug_mode",
+    "host_memory_stats", "host_memory_stats_as_nested_dict", "max_memory_cached", "memory_cached", "memory_snapshot",
+    "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_host_memory_stats",
+    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_host_memory_stats",
+    "set_per_process_memory_fraction", "set_sync_debug_mode",
     "Device", "OutOfMemoryError", "can_device_access_peer", "init", "is_current_stream_capturing",
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_generators",
     "default_stream", "device", "device_count", "device_of", "empty_cache", "fallback_stats", "fusion_stats",

@@ -9,8 +9,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tpu/export.h"
+#include "tpu/runtime.h"
 #include "tpu/status.h"
 
 #ifdef __cplusplus
@@ -40,6 +42,36 @@ TPU_API void tpu_host_release(void *ptr);
 
 /* True if `ptr` points anywhere inside a live pinned allocation. */
 TPU_API bool tpu_host_is_pinned(const void *ptr);
+
+/* Time spent in calls, as PyTorch's DurationStat: total and count since
+ * the last accumulated reset, largest and smallest since the last peak
+ * reset (0 before any call). Microseconds. */
+typedef struct {
+    int64_t total_us, max_us, min_us, count;
+} tpu_duration_stat;
+
+/* Statistics of the pinned allocator, under the names of CUDA's host
+ * allocator. Blocks are not cached: a block is allocated from the host for
+ * each request and returned once its owner and every queued copy are done
+ * with it, so "allocations" (blocks held) and "active_requests" (blocks in
+ * use) are the same blocks, and the byte counts are of page-rounded sizes. */
+typedef struct {
+    tpu_mem_stat allocations, allocated_bytes;
+    tpu_mem_stat active_requests, active_bytes;
+    uint64_t num_host_alloc, num_host_free; /* host allocations and frees */
+    tpu_duration_stat host_alloc_time, host_free_time;
+} tpu_host_stats;
+
+/* Copies the statistics to *out (NULL: no-op). */
+TPU_API void tpu_host_get_stats(tpu_host_stats *out);
+
+/* Zeroes the allocated/freed totals, the call counts and the durations'
+ * totals and counts; current values and peaks stay. */
+TPU_API void tpu_host_reset_accumulated_stats(void);
+
+/* Sets every peak to its current value and the durations' max and min
+ * to 0. */
+TPU_API void tpu_host_reset_peak_stats(void);
 
 #ifdef __cplusplus
 }

@@ -152,33 +152,55 @@ TPU_API int tpu_event_chip(const tpu_event *event);
 
 /* ---------------------------------------------------------------- memory */
 
-/* Allocator statistics of one chip, in the spirit of CUDA's caching
- * allocator. "current" values are now; "peak" the maximum since the last
- * reset; counts are cumulative. */
+/* One allocator statistic, kept as CUDA's caching allocator keeps its
+ * own: the value now, its largest value since the last peak reset, and the
+ * amounts by which it rose and fell since the last accumulated reset. */
 typedef struct {
-    /* current and peak */
-    uint64_t allocated_bytes, allocated_bytes_peak; /* handed to callers */
-    uint64_t reserved_bytes, reserved_bytes_peak;   /* held from the system, cached included */
-    uint64_t requested_bytes, requested_bytes_peak; /* sizes asked for, before rounding */
-    uint64_t allocation_count, allocation_count_peak; /* live allocations */
-    uint64_t segment_count, segment_count_peak;     /* blocks held from the system */
+    int64_t current, peak, allocated, freed;
+} tpu_mem_stat;
+
+/* The pools statistics are split by, as CUDA splits them: every block, and
+ * blocks of at most 1 MiB (small) apart from larger ones. A block's pool is
+ * fixed by its rounded size. */
+typedef enum {
+    TPU_MEM_POOL_ALL = 0,
+    TPU_MEM_POOL_SMALL, /* blocks of at most 1 MiB */
+    TPU_MEM_POOL_LARGE,
+    TPU_MEM_POOL_COUNT
+} tpu_mem_pool;
+
+/* Allocator statistics of one chip. Every block is one segment from the
+ * target (nothing is split), so CUDA's inactive_split statistics are zero
+ * by construction and not kept. A block is "active" from its allocation
+ * until its free has completed: at once for a block no other stream uses,
+ * or once the work recorded on it with tpu_mem_record_stream has run. */
+typedef struct {
+    tpu_mem_stat allocation[TPU_MEM_POOL_COUNT];      /* live allocations */
+    tpu_mem_stat segment[TPU_MEM_POOL_COUNT];         /* segments held from the target */
+    tpu_mem_stat active[TPU_MEM_POOL_COUNT];          /* active blocks */
+    tpu_mem_stat allocated_bytes[TPU_MEM_POOL_COUNT]; /* block bytes of live allocations */
+    tpu_mem_stat reserved_bytes[TPU_MEM_POOL_COUNT];  /* segment bytes, cached ones included */
+    tpu_mem_stat active_bytes[TPU_MEM_POOL_COUNT];    /* block bytes of active blocks */
+    tpu_mem_stat requested_bytes[TPU_MEM_POOL_COUNT]; /* bytes asked for by active blocks */
     /* cumulative since the last tpu_mem_reset_accumulated_stats */
-    uint64_t num_allocs, num_frees;                 /* calls */
-    uint64_t allocated_bytes_total, freed_bytes_total; /* bytes handed out / returned */
-    uint64_t num_segment_allocs, num_segment_frees; /* system allocations and releases */
-    uint64_t segment_bytes_total, released_bytes_total; /* their bytes */
-    uint64_t num_cache_hits;                        /* allocations served from the cache */
-    uint64_t num_alloc_retries;                     /* cache flushes to satisfy a request */
-    uint64_t num_ooms;
+    uint64_t num_cache_hits;       /* allocations served from the cache */
+    uint64_t num_alloc_retries;    /* cache flushes to satisfy a request */
+    uint64_t num_ooms;             /* TPU_ERR_OUT_OF_MEMORY returned */
+    uint64_t num_sync_all_streams; /* waits for every stream (flushes, empty_cache) */
+    uint64_t num_device_alloc;     /* segments taken from the target */
+    uint64_t num_device_free;      /* segments returned to it */
 } tpu_mem_stats;
 
 /* Allocates `nbytes` on `chip` for use on `stream` (NULL: the chip's
  * default stream). A cached block last used on the same stream is reused
  * at once; blocks are never handed to another stream before work recorded
- * with tpu_mem_record_stream has finished. When the capacity would be
- * exceeded the chip is synchronised and its cache released before giving
- * up with TPU_ERR_OUT_OF_MEMORY, whose message gives the size asked, the
- * free bytes and the capacity. nbytes == 0 returns *out = NULL, TPU_OK. */
+ * with tpu_mem_record_stream has finished. When the capacity (or the
+ * limit set by tpu_mem_set_fraction) would be exceeded, every chip's
+ * streams are drained and the cache released before giving up with
+ * TPU_ERR_OUT_OF_MEMORY, whose message gives the size asked, the free
+ * bytes, the limit and the capacity. nbytes == 0 returns *out = NULL,
+ * TPU_OK. The same as tpu_mem_alloc_ctx (tpu/mem_history.h) with no
+ * context. */
 TPU_API tpu_status tpu_mem_alloc(int chip, size_t nbytes, tpu_stream *stream, void **out);
 
 /* Returns a block to its chip's cache. NULL is a no-op. A pointer this
@@ -193,15 +215,36 @@ TPU_API tpu_status tpu_mem_record_stream(void *ptr, tpu_stream *stream);
  * TPU_ERR_INVALID_ARG if no live block contains it. */
 TPU_API tpu_status tpu_mem_chip_of(const void *ptr, int *chip);
 
-/* Synchronises the chip and releases every cached, unused block. */
+/* Synchronises the chip and releases every cached, unused block. Kept
+ * kernel errors stay on their streams for the next synchronising call. */
 TPU_API tpu_status tpu_mem_empty_cache(int chip);
 
+/* Copies the chip's statistics to *out. TPU_ERR_INVALID_DEVICE for a bad
+ * chip, TPU_ERR_INVALID_ARG for a NULL out. */
 TPU_API tpu_status tpu_mem_get_stats(int chip, tpu_mem_stats *out);
+
+/* Sets every statistic's peak to its current value. */
 TPU_API tpu_status tpu_mem_reset_peak_stats(int chip);
+
+/* Zeroes every statistic's allocated and freed totals and the cumulative
+ * counters (num_*); current values and peaks stay. */
 TPU_API tpu_status tpu_mem_reset_accumulated_stats(int chip);
 
-/* *free_bytes = capacity - reserved; *total_bytes = capacity. */
+/* *free_bytes = capacity - reserved; *total_bytes = capacity. The memory
+ * fraction does not change them (as cudaMemGetInfo ignores it). */
 TPU_API tpu_status tpu_mem_get_info(int chip, uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* Limits the chip's reserved memory to floor(fraction * capacity) bytes
+ * (CUDA's per-process memory fraction). A request that would need a new
+ * segment beyond the limit first frees cached blocks, as at capacity, and
+ * then fails with TPU_ERR_OUT_OF_MEMORY, whose message names the limit;
+ * cached blocks within what is already reserved are still handed out.
+ * Lowering the limit below what is reserved frees nothing by itself. The
+ * default is 1. TPU_ERR_INVALID_ARG for a fraction outside [0, 1] or NaN. */
+TPU_API tpu_status tpu_mem_set_fraction(int chip, double fraction);
+
+/* *fraction = the chip's memory fraction (1 unless set). */
+TPU_API tpu_status tpu_mem_get_fraction(int chip, double *fraction);
 
 /* ----------------------------------------------------------------- modes */
 
