@@ -1,4 +1,4 @@
-"""Interpolation (F.interpolate's linear, bilinear, bicubic and trilinear
+"""Interpolation (F.interpolate's nearest, nearest-exact, linear, bilinear, bicubic and trilinear
 modes, antialiased bilinear and bicubic) and adaptive max pooling, forward
 and backward, against PyTorch's CPU backend, with the CPU fallback turned
 into an error so that everything here runs natively.
@@ -307,3 +307,43 @@ def test_adaptive_max_pool_backward_bad_indices():
     ok = torch.zeros(1, 2, 2, 2, dtype=torch.int64, device="tpu")
     r = torch.ops.aten.adaptive_max_pool2d_backward(g, x, ok)
     assert r.cpu()[0, 0, 0, 0] == 4
+
+
+# Nearest and nearest-exact: gathers, and a backward that adds in CPU's
+# order (f32 sums for f16/bf16), so the bits are CPU's, forward and back.
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float16], ids=str)
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+@pytest.mark.parametrize("spatial", [(5,), (5, 7), (5, 7, 4)], ids=["1d", "2d", "3d"])
+@pytest.mark.parametrize("resize", [dict(scale_factor=2), dict(scale_factor=0.6), dict(scale_factor=1.7),
+                                    "size"], ids=["x2", "x0.6", "x1.7", "size"])
+def test_nearest_bit_exact(spatial, mode, dtype, resize):
+    kw = resize if isinstance(resize, dict) else dict(size=(9, 3, 6)[:len(spatial)])
+    x = randn(2, 3, *spatial, dtype=dtype)
+    layouts = [x] + ([x.contiguous(memory_format=torch.channels_last)] if len(spatial) == 2 else [])
+    for src in layouts:
+        xc, xt = src.clone().requires_grad_(), src.to("tpu").requires_grad_()
+        yc, yt = F.interpolate(xc, mode=mode, **kw), F.interpolate(xt, mode=mode, **kw)
+        assert torch.equal(yt.cpu(), yc) and yt.stride() == yc.stride()
+        g = randn(*yc.shape, dtype=dtype, seed=1)
+        yc.backward(g)
+        yt.backward(g.to("tpu"))
+        assert torch.equal(xt.grad.cpu(), xc.grad)
+
+
+def test_nearest_uint8_and_errors_as_cpu():
+    x = torch.randint(0, 256, (1, 3, 5, 5), dtype=torch.uint8)
+    assert torch.equal(F.interpolate(x.to("tpu"), scale_factor=2.3).cpu(), F.interpolate(x, scale_factor=2.3))
+    up = torch.ops.aten.upsample_nearest2d_backward
+    calls = [
+        (lambda d: up(torch.ones(1, 1, 5, 6, device=d), [6, 6], [1, 1, 3, 3]), RuntimeError, "same shape"),
+        (lambda d: torch.ops.aten.upsample_nearest2d(torch.ones(1, 1, 0, 3, device=d), [6, 6]), RuntimeError,
+         "greater than 0"),
+        (lambda d: F.interpolate(torch.ones(1, 1, 3, 3, dtype=torch.int32, device=d), scale_factor=2),
+         NotImplementedError, "not implemented for 'Int'"),
+        (lambda d: up(torch.ones(1, 1, 6, 6, dtype=torch.uint8, device=d), [6, 6], [1, 1, 3, 3]),
+         NotImplementedError, "not implemented for 'Byte'"),
+    ]
+    for call, error, text in calls:
+        for device in ("cpu", "tpu"):
+            with pytest.raises(error, match=text):
+                call(device)

@@ -288,41 +288,6 @@ at::Tensor& linalg_cross_out(T self, T other, int64_t dim, at::Tensor& out) {
   return assign_out(out, r);
 }
 
-// Nearest upsampling as gathers: output position i reads input
-// floor(i * scale), scale = 1 / scale_factor if given, else in / out (as
-// PyTorch's nearest, not nearest-exact).
-at::Tensor nearest_along(const at::Tensor& x, int64_t dim, int64_t out_size, std::optional<double> scale) {
-  const int64_t in_size = x.size(dim);
-  const double s = scale.has_value() && *scale > 0 ? 1.0 / *scale
-                                                   : static_cast<double>(in_size) / static_cast<double>(out_size);
-  const at::Tensor src = at::arange(out_size, x.options().dtype(at::kFloat))
-                             .mul(static_cast<float>(s)).floor().clamp_max(in_size - 1).to(at::kLong);
-  return x.index_select(dim, src);
-}
-
-at::Tensor upsample_nearest1d_impl(T self, at::IntArrayRef output_size, std::optional<double> scale) {
-  TORCH_CHECK(output_size.size() == 1 && self.dim() == 3, "upsample_nearest1d: expected a 3-d input and one size");
-  return nearest_along(self, 2, output_size[0], scale);
-}
-
-at::Tensor upsample_nearest2d_impl(T self, at::IntArrayRef output_size, std::optional<double> scale_h,
-                              std::optional<double> scale_w) {
-  TORCH_CHECK(output_size.size() == 2 && self.dim() == 4, "upsample_nearest2d: expected a 4-d input and two sizes");
-  return nearest_along(nearest_along(self, 2, output_size[0], scale_h), 3, output_size[1], scale_w);
-}
-
-at::Tensor& upsample_nearest1d_out(T self, at::IntArrayRef output_size, std::optional<double> scale,
-                                   at::Tensor& out) {
-  const at::Tensor r = upsample_nearest1d_impl(self, output_size, scale);
-  return assign_out(out, r);
-}
-
-at::Tensor& upsample_nearest2d_out(T self, at::IntArrayRef output_size, std::optional<double> scale_h,
-                                   std::optional<double> scale_w, at::Tensor& out) {
-  const at::Tensor r = upsample_nearest2d_impl(self, output_size, scale_h, scale_w);
-  return assign_out(out, r);
-}
-
 // ---- small reductions.
 
 at::Tensor trace(T self) {
@@ -669,10 +634,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("geometric_", geometric_);
   m.impl("linalg_cross", linalg_cross_impl);
   m.impl("linalg_cross.out", linalg_cross_out);
-  m.impl("upsample_nearest1d", upsample_nearest1d_impl);
-  m.impl("upsample_nearest1d.out", upsample_nearest1d_out);
-  m.impl("upsample_nearest2d", upsample_nearest2d_impl);
-  m.impl("upsample_nearest2d.out", upsample_nearest2d_out);
   m.impl("mse_loss", mse_loss_impl);
   m.impl("mse_loss.out", [](T self, T target, int64_t reduction, at::Tensor& out) -> at::Tensor& {
     return assign_out(out, mse_loss_impl(self, target, reduction));

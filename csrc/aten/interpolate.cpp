@@ -1,7 +1,8 @@
-// Interpolation (upsample_linear1d, bilinear2d, bicubic2d, trilinear3d and
-// the antialiased _upsample_bilinear2d_aa / _upsample_bicubic2d_aa, with
-// their backward) and adaptive max pooling, on PyTorch's structured metas
-// (output sizes and argument checks exactly as on CPU).
+// Interpolation (upsample_linear1d, bilinear2d, bicubic2d, trilinear3d,
+// the antialiased _upsample_bilinear2d_aa / _upsample_bicubic2d_aa, and
+// nearest / nearest-exact in 1 to 3 dims, each with its backward) and
+// adaptive max pooling, on PyTorch's structured metas (output sizes and
+// argument checks exactly as on CPU).
 //
 // Interpolation is separable: one INDEX INTERP record per spatial dim,
 // the last dim first as PyTorch's CPU kernels nest their sums, each with
@@ -22,6 +23,19 @@
 #include <ATen/ops/_upsample_bilinear2d_aa_backward_meta.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_meta.h>
 #include <ATen/ops/_upsample_bilinear2d_aa_ops.h>
+#include <ATen/ops/_upsample_nearest_exact1d_backward_meta.h>
+#include <ATen/ops/_upsample_nearest_exact1d_meta.h>
+#include <ATen/ops/_upsample_nearest_exact2d_backward_meta.h>
+#include <ATen/ops/_upsample_nearest_exact2d_meta.h>
+#include <ATen/ops/_upsample_nearest_exact3d_backward_meta.h>
+#include <ATen/ops/_upsample_nearest_exact3d_meta.h>
+#include <ATen/ops/upsample_nearest1d_backward_meta.h>
+#include <ATen/ops/upsample_nearest1d_meta.h>
+#include <ATen/ops/upsample_nearest2d_backward_meta.h>
+#include <ATen/ops/upsample_nearest2d_meta.h>
+#include <ATen/ops/upsample_nearest3d_backward_meta.h>
+#include <ATen/ops/upsample_nearest3d_meta.h>
+#include <ATen/ops/index_select.h>
 #include <ATen/ops/adaptive_max_pool2d_backward_meta.h>
 #include <ATen/ops/adaptive_max_pool2d_meta.h>
 #include <ATen/ops/adaptive_max_pool3d_backward_meta.h>
@@ -244,6 +258,101 @@ struct InterpBackward {
   }
 };
 
+// ---- nearest and nearest-exact.
+//
+// Output position i of a dim reads input min(floor((i + offset) * scale),
+// in - 1), offset 0 (nearest) or 0.5 (nearest-exact), computed in float
+// as CPU computes it (scale = 1 / scale_factor if given, else in / out).
+// The forward is one gather (index_select) per spatial dim; the backward
+// adds grad_output into grad_input through one index over all spatial
+// dims at once, in output order, which is the order CPU's backward adds
+// in, into f32 sums for f16/bf16 as CPU keeps them.
+
+at::Tensor nearest_source(int64_t in_size, int64_t out_size, O scale, bool exact, const at::Device& device) {
+  const float s = scale.has_value() && *scale > 0 ? static_cast<float>(1.0 / *scale)
+                                                  : static_cast<float>(in_size) / static_cast<float>(out_size);
+  at::Tensor pos = at::arange(out_size, at::TensorOptions().dtype(at::kFloat).device(device));
+  if (exact) pos = pos.add(0.5);
+  return pos.mul(s).floor().clamp_max(static_cast<double>(in_size - 1)).to(at::kLong);
+}
+
+void check_nearest_dtype(at::ScalarType type, bool backward, const char* name) {
+  const bool ok = at::isFloatingType(type) || (!backward && type == at::kByte);
+  TORCH_CHECK_NOT_IMPLEMENTED(ok, "\"", name, "\" not implemented for '", at::toString(type), "'");
+}
+
+void nearest_forward(T input, const at::Tensor& out, bool exact, const std::vector<O>& scales, const char* name) {
+  check_nearest_dtype(input.scalar_type(), false, name);
+  if (out.numel() == 0) return;
+  const int64_t n = static_cast<int64_t>(scales.size());
+  at::Tensor cur = input;
+  for (int64_t k = n - 1; k >= 0; k--) {
+    const int64_t d = 2 + k;
+    const at::Tensor src = nearest_source(input.size(d), out.size(d), scales[static_cast<size_t>(k)], exact,
+                                          out.device());
+    if (k == 0) {
+      at::index_select_out(const_cast<at::Tensor&>(out), cur, d, src);
+    } else {
+      cur = cur.index_select(d, src);
+    }
+  }
+}
+
+void nearest_backward(T grad_output, const at::Tensor& grad_input, bool exact, const std::vector<O>& scales,
+                      const char* name) {
+  check_nearest_dtype(grad_output.scalar_type(), true, name);
+  if (grad_input.numel() == 0) return;
+  const int64_t n = static_cast<int64_t>(scales.size());
+  // flat[o] = the input cell (over the spatial dims, row-major) output cell o reads.
+  at::Tensor flat;
+  for (int64_t k = 0; k < n; k++) {
+    const int64_t d = 2 + k;
+    at::Tensor src = nearest_source(grad_input.size(d), grad_output.size(d), scales[static_cast<size_t>(k)], exact,
+                                    grad_input.device());
+    flat = k == 0 ? src : (flat.unsqueeze(-1) * grad_input.size(d) + src).flatten();
+  }
+  const at::ScalarType type = grad_output.scalar_type();
+  const at::ScalarType sums = at::isReducedFloatingType(type) ? at::kFloat : type;
+  const int64_t batch = grad_input.size(0), channels = grad_input.size(1);
+  const bool direct = grad_input.is_contiguous() && grad_input.scalar_type() == sums;
+  at::Tensor acc = direct ? grad_input : at::empty(grad_input.sizes(), grad_input.options().dtype(sums));
+  acc.zero_();
+  acc.view({batch, channels, -1}).index_add_(2, flat, grad_output.to(sums).reshape({batch, channels, -1}));
+  if (!direct) grad_input.copy_(acc);
+}
+
+template <class Meta, bool Exact, OpName Name, class... Scales>
+struct Nearest {
+  static at::Tensor forward(T self, A output_size, Scales... scales) {
+    Structured<Meta> op(OutputKind::Functional, nullptr, Name.str);
+    op.meta(self, output_size, scales...);
+    nearest_forward(self, op.output_, Exact, {scales...}, Name.str);
+    return std::move(op.output_);
+  }
+  static at::Tensor& forward_out(T self, A output_size, Scales... scales, at::Tensor& out) {
+    Structured<Meta> op(OutputKind::Out, &out, Name.str);
+    op.meta(self, output_size, scales...);
+    nearest_forward(self, out, Exact, {scales...}, Name.str);
+    return out;
+  }
+};
+
+template <class Meta, bool Exact, OpName Name, class... Scales>
+struct NearestBackward {
+  static at::Tensor backward(T grad, A output_size, A input_size, Scales... scales) {
+    Structured<Meta> op(OutputKind::Functional, nullptr, Name.str);
+    op.meta(grad, output_size, input_size, scales...);
+    nearest_backward(grad, op.output_, Exact, {scales...}, Name.str);
+    return std::move(op.output_);
+  }
+  static at::Tensor& backward_out(T grad, A output_size, A input_size, Scales... scales, at::Tensor& grad_input) {
+    Structured<Meta> op(OutputKind::Out, &grad_input, Name.str);
+    op.meta(grad, output_size, input_size, scales...);
+    nearest_backward(grad, grad_input, Exact, {scales...}, Name.str);
+    return grad_input;
+  }
+};
+
 // ---- adaptive max pooling.
 
 // t [.., D?, H, W] (2-d pooling: no D) as [N, C, D, H, W].
@@ -360,6 +469,19 @@ using BicubicAAOut = InterpOut<am::structured__upsample_bicubic2d_aa, TPU_INTERP
 using BicubicAABack = InterpBackward<am::structured__upsample_bicubic2d_aa_backward, TPU_INTERP_CUBIC_AA,
                                      "_upsample_bicubic2d_aa_backward", O, O>;
 
+using Nearest1d = Nearest<am::structured_upsample_nearest1d, false, "upsample_nearest1d", O>;
+using Nearest1dBack = NearestBackward<am::structured_upsample_nearest1d_backward, false, "upsample_nearest1d_backward", O>;
+using Nearest2d = Nearest<am::structured_upsample_nearest2d, false, "upsample_nearest2d", O, O>;
+using Nearest2dBack = NearestBackward<am::structured_upsample_nearest2d_backward, false, "upsample_nearest2d_backward", O, O>;
+using Nearest3d = Nearest<am::structured_upsample_nearest3d, false, "upsample_nearest3d", O, O, O>;
+using Nearest3dBack = NearestBackward<am::structured_upsample_nearest3d_backward, false, "upsample_nearest3d_backward", O, O, O>;
+using Exact1d = Nearest<am::structured__upsample_nearest_exact1d, true, "_upsample_nearest_exact1d", O>;
+using Exact1dBack = NearestBackward<am::structured__upsample_nearest_exact1d_backward, true, "_upsample_nearest_exact1d_backward", O>;
+using Exact2d = Nearest<am::structured__upsample_nearest_exact2d, true, "_upsample_nearest_exact2d", O, O>;
+using Exact2dBack = NearestBackward<am::structured__upsample_nearest_exact2d_backward, true, "_upsample_nearest_exact2d_backward", O, O>;
+using Exact3d = Nearest<am::structured__upsample_nearest_exact3d, true, "_upsample_nearest_exact3d", O, O, O>;
+using Exact3dBack = NearestBackward<am::structured__upsample_nearest_exact3d_backward, true, "_upsample_nearest_exact3d_backward", O, O, O>;
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -375,6 +497,30 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_INTERP("_upsample_bilinear2d_aa", BilinearAA, BilinearAAOut, BilinearAABack);
   TPU_INTERP("_upsample_bicubic2d_aa", BicubicAA, BicubicAAOut, BicubicAABack);
 #undef TPU_INTERP
+  m.impl("upsample_nearest1d", Nearest1d::forward);
+  m.impl("upsample_nearest1d.out", Nearest1d::forward_out);
+  m.impl("upsample_nearest1d_backward", Nearest1dBack::backward);
+  m.impl("upsample_nearest1d_backward.grad_input", Nearest1dBack::backward_out);
+  m.impl("upsample_nearest2d", Nearest2d::forward);
+  m.impl("upsample_nearest2d.out", Nearest2d::forward_out);
+  m.impl("upsample_nearest2d_backward", Nearest2dBack::backward);
+  m.impl("upsample_nearest2d_backward.grad_input", Nearest2dBack::backward_out);
+  m.impl("upsample_nearest3d", Nearest3d::forward);
+  m.impl("upsample_nearest3d.out", Nearest3d::forward_out);
+  m.impl("upsample_nearest3d_backward", Nearest3dBack::backward);
+  m.impl("upsample_nearest3d_backward.grad_input", Nearest3dBack::backward_out);
+  m.impl("_upsample_nearest_exact1d", Exact1d::forward);
+  m.impl("_upsample_nearest_exact1d.out", Exact1d::forward_out);
+  m.impl("_upsample_nearest_exact1d_backward", Exact1dBack::backward);
+  m.impl("_upsample_nearest_exact1d_backward.grad_input", Exact1dBack::backward_out);
+  m.impl("_upsample_nearest_exact2d", Exact2d::forward);
+  m.impl("_upsample_nearest_exact2d.out", Exact2d::forward_out);
+  m.impl("_upsample_nearest_exact2d_backward", Exact2dBack::backward);
+  m.impl("_upsample_nearest_exact2d_backward.grad_input", Exact2dBack::backward_out);
+  m.impl("_upsample_nearest_exact3d", Exact3d::forward);
+  m.impl("_upsample_nearest_exact3d.out", Exact3d::forward_out);
+  m.impl("_upsample_nearest_exact3d_backward", Exact3dBack::backward);
+  m.impl("_upsample_nearest_exact3d_backward.grad_input", Exact3dBack::backward_out);
   using am::structured_adaptive_max_pool2d;
   using am::structured_adaptive_max_pool2d_backward;
   using am::structured_adaptive_max_pool3d;

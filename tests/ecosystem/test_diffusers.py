@@ -2,9 +2,8 @@
 attention block down and up) trains four DDPM steps on tpu (the
 scheduler's add_noise, MSE on the predicted noise, AdamW) against the same
 steps on the CPU. Noise and timesteps are drawn on the CPU, so both
-devices see the same batches. One op runs through the CPU fallback
-(nearest-neighbour upsampling's backward, upsample_nearest2d_backward), so
-this test allows fallbacks.
+devices see the same batches. Every op runs natively (the CPU fallback
+is an error here).
 
 Tolerances: the losses rtol 1e-5 and the first step's gradients rtol 1e-4
 / atol 1e-7 (they agree to about 1e-7 relative). The final weights are
@@ -62,7 +61,7 @@ def train(unet: torch.nn.Module, device: str) -> tuple[list[float], dict[str, to
     return losses, first_grads, weights
 
 
-def test_ddpm_training_matches_cpu():
+def test_ddpm_training_matches_cpu(native_only):
     unet = small_unet()
     tpu_losses, tpu_grads, tpu_weights = train(unet, "tpu")
     cpu_losses, cpu_grads, cpu_weights = train(unet, "cpu")
