@@ -3,9 +3,11 @@
  * a, b and c go through the record's common dtype to its compute type and
  * the result is rounded back to it (ew.h), except WHERE's condition a,
  * which is only tested for nonzero. The formulas are PyTorch's CPU ones,
- * in its order of operations: addcmul a + (alpha b) c, addcdiv
- * a + (alpha b) / c, lerp's two-sided form (exact at both ends) with one
- * fma, as its vectorised kernel computes it.
+ * in its order of operations: addcmul fma(alpha b, c, a) (PyTorch writes
+ * a + alpha*b*c and its build contracts that into one fma, in the float,
+ * reduced-float and double kernels alike), addcdiv a + (alpha b) / c,
+ * lerp's two-sided form (exact at both ends) with one fma, as its
+ * vectorised kernel computes it.
  *
  * Work split: contiguous ranges of out's row-major element index; every
  * element is independent, so any split gives the same bytes. */
@@ -25,7 +27,7 @@
 static inline float tern_f32(tpu_ternary_fn fn, float alpha, float a, float b, float c) {
     float r;
     switch (fn) {
-    case TPU_TERNARY_ADDCMUL: r = a + alpha * b * c; break;
+    case TPU_TERNARY_ADDCMUL: r = fmaf(alpha * b, c, a); break;
     case TPU_TERNARY_ADDCDIV: r = a + alpha * b / c; break;
     default: /* LERP, as PyTorch's vectorised lerp: one fma either side */
         r = fabsf(c) < 0.5f ? fmaf(c, b - a, a) : fmaf(c - 1.0f, b - a, b);
@@ -37,7 +39,7 @@ static inline float tern_f32(tpu_ternary_fn fn, float alpha, float a, float b, f
 static inline double tern_f64(tpu_ternary_fn fn, double alpha, double a, double b, double c) {
     double r;
     switch (fn) {
-    case TPU_TERNARY_ADDCMUL: r = a + alpha * b * c; break;
+    case TPU_TERNARY_ADDCMUL: r = fma(alpha * b, c, a); break;
     case TPU_TERNARY_ADDCDIV: r = a + alpha * b / c; break;
     default: r = fabs(c) < 0.5 ? fma(c, b - a, a) : fma(c - 1.0, b - a, b); break;
     }
@@ -169,6 +171,38 @@ __attribute__((target("avx2,fma"))) static void lerp_scalar_w_avx2(float *out, c
     LERP_SCALAR_W_BODY
 }
 
+/* addcmul / addcdiv over dense operands (the optimizers' case), in the
+ * reference's expressions (-std=c11 turns off fma contraction, so nothing
+ * rounds differently from it). Compiled once per ISA, 8 and 16 lanes with
+ * addcmul's fma one instruction (the baseline build calls libm's fmaf per
+ * element), chosen at run time; the bytes are the reference's. */
+#define ADDC_DENSE_BODY                                                                            \
+    if (fn == TPU_TERNARY_ADDCMUL) {                                                               \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            out[i] = CANON_F32(fmaf(alpha * b[i], c[i], a[i]));                                    \
+    } else {                                                                                       \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            out[i] = CANON_F32(a[i] + alpha * b[i] / c[i]);                                        \
+    }
+
+static void addc_dense(tpu_ternary_fn fn, float *out, const float *a, const float *b, const float *c,
+                       float alpha, int64_t n) {
+    ADDC_DENSE_BODY
+}
+
+__attribute__((target("avx2,fma"))) static void addc_dense_avx2(tpu_ternary_fn fn, float *out,
+                                                            const float *a, const float *b,
+                                                            const float *c, float alpha, int64_t n) {
+    ADDC_DENSE_BODY
+}
+
+__attribute__((target("avx512f,fma"))) static void addc_dense_avx512(tpu_ternary_fn fn, float *out,
+                                                                 const float *a, const float *b,
+                                                                 const float *c, float alpha,
+                                                                 int64_t n) {
+    ADDC_DENSE_BODY
+}
+
 tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
@@ -190,18 +224,14 @@ tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
     const int64_t n = end - start;
     /* One loop per function and step pattern of the common cases, so the
      * compiler vectorises them; others take the generic loop. */
-    if (sa == 1 && sb == 1 && sc == 1) {
-        switch (fn) {
-        case TPU_TERNARY_ADDCMUL:
-            for (int64_t i = 0; i < n; i++)
-                out[i] = CANON_F32(a[i] + alpha * b[i] * c[i]);
-            return TPU_OK;
-        case TPU_TERNARY_ADDCDIV:
-            for (int64_t i = 0; i < n; i++)
-                out[i] = CANON_F32(a[i] + alpha * b[i] / c[i]);
-            return TPU_OK;
-        default: break;
-        }
+    if (sa == 1 && sb == 1 && sc == 1 && fn != TPU_TERNARY_LERP) {
+        if (tpu_kernels_get_isa() >= TPU_ISA_AVX512)
+            addc_dense_avx512(fn, out, a, b, c, alpha, n);
+        else if (tpu_kernels_get_isa() >= TPU_ISA_AVX2)
+            addc_dense_avx2(fn, out, a, b, c, alpha, n);
+        else
+            addc_dense(fn, out, a, b, c, alpha, n);
+        return TPU_OK;
     }
     if (sa == 1 && sb == 1 && sc == 0 && fn == TPU_TERNARY_LERP) {
         if (tpu_kernels_get_isa() >= TPU_ISA_AVX2)

@@ -1961,15 +1961,15 @@ _Static_assert(sizeof k_tern_tk / sizeof k_tern_tk[0] == TPU_TERNARY_COUNT,
  * rounded to cm (the value out holds). f32 compute: every operation's
  * exact result in double (products of f32 values are exact; a sum or a
  * quotient rounded to double and then to f32 is correctly rounded, 53 >=
- * 2 * 24 + 2), rounded to f32 with the own rounding; lerp's fma by fmaf.
- * Separate statements: no contraction into an fma. */
+ * 2 * 24 + 2), rounded to f32 with the own rounding; addcmul's and
+ * lerp's fma by libm's fma/fmaf (PyTorch's CPU kernels' addcmul is one
+ * fma after alpha * b). Separate statements: no other contraction. */
 static double tern_expect_f(int fn, double al, double a, double b, double c, tpu_dtype cm) {
     if (cm == F64) {
         switch (fn) {
         case TPU_TERNARY_ADDCMUL: {
             double p1 = al * b;
-            double p2 = p1 * c;
-            return a + p2;
+            return fma(p1, c, a);
         }
         case TPU_TERNARY_ADDCDIV: {
             double p1 = al * b;
@@ -1986,8 +1986,7 @@ static double tern_expect_f(int fn, double al, double a, double b, double c, tpu
     switch (fn) {
     case TPU_TERNARY_ADDCMUL: {
         double p1 = rnd32(al32 * b);
-        double p2 = rnd32(p1 * c);
-        v = rnd32(a + p2);
+        v = fmaf((float)p1, (float)c, (float)a);
         break;
     }
     case TPU_TERNARY_ADDCDIV: {
