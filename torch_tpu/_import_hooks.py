@@ -72,11 +72,54 @@ class _Finder(importlib.abc.MetaPathFinder):
 _finder = _Finder()
 
 
+class _SpecWatch(importlib.machinery.ModuleSpec):
+    """The class a partially initialized module's spec is switched to: the
+    import system sets ``spec._initializing = False`` once the module's
+    code has run (importlib._bootstrap._load_unlocked, also when it
+    failed), and that assignment runs the hooks waiting for the module."""
+
+    def __setattr__(self, attr: str, value) -> None:
+        object.__setattr__(self, attr, value)
+        if attr != "_initializing" or value:
+            return
+        with _lock:
+            hooks = _deferred.pop(self.name, [])
+        if not hooks:
+            return
+        module = sys.modules.get(self.name)
+        if module is not None and getattr(module, "__spec__", None) is self:
+            _run(self.name, module, hooks)
+        else:  # its import failed: wait for the next one
+            for hook in hooks:
+                when_imported(self.name, hook)
+
+
+_deferred: dict[str, list[_Hook]] = {}
+
+
+def _defer(name: str, module: ModuleType, hook: _Hook) -> bool:
+    """For a module still running its own code (it imported torch, whose
+    backend autoload imported torch-tpu, which asks for it): arrange for
+    ``hook`` to run once that code has finished. False if it cannot be."""
+    spec = getattr(module, "__spec__", None)
+    if spec is None or not getattr(spec, "_initializing", False) or type(spec) not in (
+            importlib.machinery.ModuleSpec, _SpecWatch):
+        return False
+    with _lock:
+        _deferred.setdefault(name, []).append(hook)
+    spec.__class__ = _SpecWatch
+    return True
+
+
 def when_imported(name: str, hook: _Hook) -> None:
-    """Call ``hook(module)`` once the module ``name`` is imported (now, if it is)."""
+    """Call ``hook(module)`` once the module ``name`` is imported (now, if it
+    is; when its import finishes, if it is being imported: ``import
+    pytorch_lightning`` before ``import torch`` imports torch-tpu halfway
+    through pytorch_lightning's own code)."""
     module = sys.modules.get(name)
     if module is not None:
-        _run(name, module, [hook])
+        if not _defer(name, module, hook):
+            _run(name, module, [hook])
         return
     with _lock:
         _pending.setdefault(name, []).append(hook)

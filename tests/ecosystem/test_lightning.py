@@ -158,3 +158,24 @@ def test_accelerator_imported_before_lightning():
     """)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["tpu:0", "tpu:0"]
+
+
+def test_pytorch_lightning_imported_before_torch():
+    """``import pytorch_lightning`` before torch: its own code imports torch,
+    whose autoload imports torch-tpu halfway through pytorch_lightning's
+    import; the integration waits for that import to finish (it used to run
+    at once on the half-imported package, fail, and leave "auto" on the CPU
+    and "tpu" to XLA)."""
+    pytest.importorskip("pytorch_lightning", reason="the standalone package is optional")
+    run = run_python("""
+        import warnings
+        warnings.simplefilter("error", RuntimeWarning)
+        import pytorch_lightning as pl
+        import torch
+        for chosen in ("auto", "torch_tpu", "tpu"):
+            trainer = pl.Trainer(accelerator=chosen, devices=1, logger=False, enable_progress_bar=False)
+            print(type(trainer.accelerator).__name__, trainer.strategy.root_device)
+    """)
+    assert run.returncode == 0, run.stderr
+    expected = ["TPUAccelerator", "tpu:0"] * (3 if importlib.util.find_spec("torch_xla") is None else 2)
+    assert run.stdout.split() == expected

@@ -146,3 +146,21 @@ def test_trainer_bf16_resume_is_bit_identical(tmp_path, native_only):
         for key in ("exp_avg", "exp_avg_sq"):
             assert torch.equal(state[key].cpu(), straight_state[index][key].cpu()), (index, key)
     assert torch.equal(torch.tpu.get_rng_state(), straight_rng)
+
+
+def test_trainer_imported_before_torch():
+    """``from transformers import Trainer`` before torch: transformers.trainer
+    imports torch, whose autoload imports torch-tpu while the trainer module
+    is half-run (no Trainer class yet); the RNG hook waits for the module
+    (it used to fail with a RuntimeWarning and checkpoints lacked tpu's state)."""
+    from conftest import run_python
+
+    run = run_python("""
+        import warnings
+        warnings.simplefilter("error", RuntimeWarning)
+        from transformers import Trainer
+        import torch
+        print(Trainer._save_rng_state._torch_tpu, Trainer._load_rng_state._torch_tpu)
+    """)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "True"]
