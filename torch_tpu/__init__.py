@@ -48,8 +48,11 @@ _register()
 # Libraries with their own device lists (accelerate, safetensors) learn tpu
 # when they are imported, not before (torch_tpu/_import_hooks.py);
 # transformers' Trainer checkpoints the tpu RNG state, and Lightning finds
-# torch-tpu's accelerator (torch_tpu/lightning.py) the same way.
+# torch-tpu's accelerator (torch_tpu/lightning.py) the same way. The c10d
+# backend "tpu_dist" is registered here; its process group is imported when
+# the first group is created (torch_tpu/distributed/).
 from torch_tpu import _accelerate, _compile, _multiprocessing, _safetensors, _transformers  # noqa: E402
+from torch_tpu import distributed as _distributed  # noqa: E402  (registration only)
 from torch_tpu import lightning as _lightning  # noqa: E402  (imports no Lightning itself)
 
 _compile.install()
@@ -58,4 +61,5 @@ _accelerate.install()
 _safetensors.install()
 _transformers.install()
 _lightning.install()
+_distributed.install()
 

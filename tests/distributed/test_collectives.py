@@ -1,0 +1,23 @@
+"""Every collective of tpu_dist against its definition, for every dtype of
+the device, on 2 and 4 ranks (tests/distributed/_collectives.py does the
+checking inside the ranks)."""
+import pytest
+
+from ._collectives import run_all
+from ._launch import run_ranks
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_collective_every_dtype(world):
+    results = run_ranks(run_all, world, timeout=120).values()
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures[:50])
+    assert all(r["checks"] > 400 for r in results)
+
+
+def test_cpu_tensors_take_the_same_path():
+    import torch
+
+    results = run_ranks(run_all, 2, "cpu", [torch.float32, torch.int16, torch.bool], timeout=60).values()
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures[:50])

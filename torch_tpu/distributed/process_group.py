@@ -1,0 +1,906 @@
+"""``ProcessGroupTPU``: the c10d process group behind the ``tpu_dist`` backend.
+
+It is a Python ``torch.distributed.ProcessGroup`` (as PyTorch's own Python
+process groups are) that owns a gloo process group over the same store,
+rank and world size, and runs every collective through it on zero-copy CPU
+views of the tpu tensors' device memory (``_views``). One call goes:
+
+1. local checks (devices, dtypes, sizes on this rank);
+2. staging on the device where gloo needs it (contiguous temporaries,
+   int16 reduced as int32), queued on the tensors' current stream;
+3. this rank's entry in the store (``_watch``), then the exchange of the
+   fixed-size argument records (``_checks``): all ranks go on, or all
+   raise the same error;
+4. the drain of the stream: the work queued before the call (and the
+   staging) has run, so the device memory holds the inputs;
+5. gloo, asynchronously, on the views; the ``TpuWork`` it returns finishes
+   the call (copies back, an average's division) on the issuing stream.
+
+Steps 1-4 run on the calling thread and block it: an ``async_op=True`` call
+returns once every rank has reached the collective and the inputs are
+ready; the transfer itself overlaps with whatever the caller does next.
+CPU tensors take the same path, without views.
+"""
+import datetime
+import threading
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import AllgatherOptions, ProcessGroupGloo
+
+from torch_tpu.distributed import _checks as C
+from torch_tpu.distributed._views import GLOO_DTYPES, Staging, as_bytes, host_view
+from torch_tpu.distributed._watch import Watch
+from torch_tpu.distributed._work import DoneWork, TpuWork
+
+R = dist.ReduceOp.RedOpType
+BACKEND_NAME = "tpu_dist"
+
+# Bool reductions on the bytes as uint8 (values 0/1), as NCCL defines them:
+# SUM is a logical or, PRODUCT a logical and.
+_BOOL_OPS = {R.SUM: R.MAX, R.PRODUCT: R.MIN, R.MIN: R.MIN, R.MAX: R.MAX,
+             R.BAND: R.MIN, R.BOR: R.MAX, R.BXOR: R.BXOR}
+_BITWISE = (R.BAND, R.BOR, R.BXOR)
+
+# p2p: the argument record and the payload travel on two gloo tags.
+_MAX_TAG = 1 << 29
+
+
+def _redop_id(op) -> int:
+    return int(op.op if isinstance(op, dist.ReduceOp) else op)
+
+
+def _timeout_of(opts) -> Optional[datetime.timedelta]:
+    t = getattr(opts, "timeout", None)
+    if t is None or t < datetime.timedelta(0):
+        return None
+    return t
+
+
+class _Call:
+    """One collective on this rank, from its checks to its Work."""
+
+    def __init__(self, pg: "ProcessGroupTPU", name: str, opts) -> None:
+        self.pg = pg
+        self.name = name
+        self.seq = pg._next_seq()
+        self.meta = C.Meta(name, self.seq)
+        self.staging = Staging()
+        self.timeout = _timeout_of(opts)
+        self.equal: Tuple[int, ...] = ()
+        self.rows: List[List[int]] = []
+
+    def __enter__(self) -> "_Call":
+        return self
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if error is not None:
+            # Take part in the exchange so that the other ranks raise now,
+            # then raise this rank's own, more precise, error.
+            self.meta.fail()
+            try:
+                self.pg._exchange(self)
+            except Exception:
+                pass
+            return False
+        self.pg._exchange(self)
+        return False
+
+    def fail(self, message: str, kind=ValueError) -> None:
+        raise kind(f"tpu_dist {self.name}: {message}")
+
+    def start(self, launch: Callable[[], List[dist.Work]], outputs: List[torch.Tensor]) -> TpuWork:
+        """Drain the streams, hand the views to gloo, wrap its works."""
+        self.staging.drain()
+        try:
+            works = launch()
+        except Exception as e:
+            raise self.explain(e) from e
+        return TpuWork(self.name, works, self.staging, outputs, self.explain)
+
+    def explain(self, cause: BaseException) -> BaseException:
+        return self.pg._watch.explain(self.name, self.seq, cause)
+
+
+class ProcessGroupTPU(dist.ProcessGroup):
+    """A process group for tpu tensors over gloo (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: dist.Store,
+        rank: int,
+        size: int,
+        timeout: datetime.timedelta = datetime.timedelta(minutes=30),
+        group_name: str = "",
+    ) -> None:
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._timeout = timeout
+        self._group_name = group_name or "tpu_dist"
+        self._gloo = ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        self._watch = Watch(store, rank, size, self._group_name, timeout)
+        self._seq = 0
+        self._seq_lock = threading.Lock()
+        self._recvs: Dict[Tuple[int, int], List["_Recv"]] = {}
+        self._recv_lock = threading.Lock()
+        self._coalescing: Optional[List[dist.Work]] = None
+        # gloo serves as this group's backend for what c10d asks of the
+        # C++ object itself (object collectives' device, timeouts,
+        # sequence numbers); every collective goes through the methods here.
+        for device in ("cpu", "tpu"):
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+
+    # -- identity -----------------------------------------------------------
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def _get_backend_name(self) -> str:
+        return BACKEND_NAME
+
+    def name(self) -> str:
+        return BACKEND_NAME
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"ProcessGroupTPU(rank={self._rank}, size={self._size}, group={self._group_name!r})"
+
+    def _next_seq(self) -> int:
+        with self._seq_lock:
+            self._seq += 1
+            return self._seq
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self._seq
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass  # numbers start at 0 on every rank and advance in step
+
+    def shutdown(self) -> None:
+        self._gloo.shutdown()
+
+    def abort(self) -> None:
+        self._gloo.abort()
+
+    # -- the exchange of argument records ------------------------------------
+
+    def _exchange(self, call: _Call) -> None:
+        self._watch.issued(call.seq, call.name)
+        mine = call.meta.tensor()
+        rows = [torch.empty_like(mine) for _ in range(self._size)]
+        opts = AllgatherOptions()
+        if call.timeout is not None:
+            opts.timeout = call.timeout
+        try:
+            self._gloo.allgather([rows], [mine], opts).wait()
+        except Exception as e:
+            raise call.explain(e) from e
+        call.rows = [r.tolist() for r in rows]
+        reason = C.verdict(call.rows, self._rank, call.equal)
+        if reason is not None and not call.meta.values[C.ERROR]:
+            raise ValueError(f"tpu_dist {call.name} (collective #{call.seq}): {reason}")
+
+    def _work_for(self, work: TpuWork) -> TpuWork:
+        if self._coalescing is not None:
+            self._coalescing.append(work)
+        return work
+
+    # -- reductions -----------------------------------------------------------
+
+    def _reduce_op(self, call: _Call, op, dtype: torch.dtype) -> Tuple["R", Optional[Callable]]:
+        """The op gloo runs for ``op`` on ``dtype``, and the device step after it."""
+        kind = op.op if isinstance(op, dist.ReduceOp) else R(op)
+        if kind == R.PREMUL_SUM:
+            call.fail("ReduceOp.PREMUL_SUM is not supported; scale the tensor and use SUM")
+        if kind in _BITWISE and (dtype.is_floating_point or dtype.is_complex):
+            call.fail(f"ReduceOp.{kind.name} needs an integer or bool tensor, got {dtype}", TypeError)
+        if dtype == torch.bool:
+            if kind == R.AVG:
+                call.fail("cannot use ReduceOp.AVG with boolean inputs", TypeError)
+            return _BOOL_OPS[kind], None
+        if kind == R.AVG:
+            n = self._size
+            if dtype.is_floating_point:
+                return R.SUM, lambda wire: wire.div_(n)
+            # Integer average: the sum divided by the group size, rounded
+            # toward zero (C integer division, as NCCL's).
+            return R.SUM, lambda wire: wire.copy_(torch.div(wire, n, rounding_mode="trunc"))
+        return kind, None
+
+    def allreduce(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.AllreduceOptions()
+        with _Call(self, "all_reduce", opts) as call:
+            if isinstance(tensors, torch.Tensor):
+                tensors = [tensors]
+            if len(tensors) != 1:
+                call.fail(f"takes one tensor per rank, got {len(tensors)} (use all_reduce_coalesced for lists)")
+            t = tensors[0]
+            C.check_tensors(call.name, [t], ["tensor"])
+            kind, post = self._reduce_op(call, opts.reduceOp, t.dtype)
+            call.meta.set(dtype=t.dtype, redop=_redop_id(opts.reduceOp), count=t.numel(), ntensors=1)
+            call.equal = (C.DTYPE, C.REDOP, C.COUNT, C.NTENSORS)
+            view = call.staging.inout(t, reduce=True, post=post)
+        gopts = dist.AllreduceOptions()
+        gopts.reduceOp = dist.ReduceOp(kind)
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(lambda: [self._gloo.allreduce([view], gopts)], [t]))
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.AllreduceCoalescedOptions()
+        with _Call(self, "all_reduce_coalesced", opts) as call:
+            tensors = list(tensors)
+            if not tensors:
+                call.fail("needs at least one tensor")
+            C.check_tensors(call.name, tensors, [f"tensors[{i}]" for i in range(len(tensors))])
+            C.check_dtypes(call.name, tensors, [f"tensors[{i}]" for i in range(len(tensors))])
+            kind, post = self._reduce_op(call, opts.reduceOp, tensors[0].dtype)
+            call.meta.set(dtype=tensors[0].dtype, redop=_redop_id(opts.reduceOp),
+                          count=sum(t.numel() for t in tensors), sig=C.fingerprint(t.numel() for t in tensors),
+                          ntensors=len(tensors))
+            call.equal = (C.DTYPE, C.REDOP, C.COUNT, C.SIG, C.NTENSORS)
+            view = call.staging.inout_flat(tensors, reduce=True, post=post)
+        gopts = dist.AllreduceOptions()
+        gopts.reduceOp = dist.ReduceOp(kind)
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(lambda: [self._gloo.allreduce([view], gopts)], tensors))
+
+    def reduce(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.ReduceOptions()
+        with _Call(self, "reduce", opts) as call:
+            if len(tensors) != 1:
+                call.fail(f"takes one tensor per rank, got {len(tensors)}")
+            t = tensors[0]
+            root = opts.rootRank
+            self._check_rank(call, root, "dst")
+            C.check_tensors(call.name, [t], ["tensor"])
+            kind, post = self._reduce_op(call, opts.reduceOp, t.dtype)
+            call.meta.set(dtype=t.dtype, root=root, redop=_redop_id(opts.reduceOp), count=t.numel())
+            call.equal = (C.DTYPE, C.ROOT, C.REDOP, C.COUNT)
+            if self._rank == root:
+                view = call.staging.inout(t, reduce=True, post=post)
+            else:
+                # Gloo uses a non-root buffer as scratch; the contract leaves
+                # it unchanged, so the reduction works on a copy.
+                view = call.staging.input(t.clone(memory_format=torch.contiguous_format), reduce=True)
+        gopts = dist.ReduceOptions()
+        gopts.reduceOp = dist.ReduceOp(kind)
+        gopts.rootRank = root
+        gopts.rootTensor = 0
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(lambda: [self._gloo.reduce([view], gopts)], [t]))
+
+    # -- broadcast ------------------------------------------------------------
+
+    def _check_rank(self, call: _Call, r: int, what: str) -> None:
+        if not 0 <= r < self._size:
+            call.fail(f"{what} rank {r} is not in the group (size {self._size})")
+
+    def broadcast(self, tensors: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.BroadcastOptions()
+        with _Call(self, "broadcast", opts) as call:
+            if len(tensors) != 1:
+                call.fail(f"takes one tensor per rank, got {len(tensors)}")
+            t = tensors[0]
+            root = opts.rootRank
+            self._check_rank(call, root, "src")
+            C.check_tensors(call.name, [t], ["tensor"])
+            call.meta.set(dtype=t.dtype, root=root, count=t.numel())
+            call.equal = (C.DTYPE, C.ROOT, C.COUNT)
+            view = call.staging.inout(t) if self._rank != root else call.staging.input(t)
+        gopts = dist.BroadcastOptions()
+        gopts.rootRank = root
+        gopts.rootTensor = 0
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(lambda: [self._gloo.broadcast([view], gopts)], [t]))
+
+    # -- all_gather -----------------------------------------------------------
+
+    def _gather_opts(self, call: _Call) -> AllgatherOptions:
+        gopts = AllgatherOptions()
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return gopts
+
+    def allgather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or AllgatherOptions()
+        with _Call(self, "all_gather", opts) as call:
+            if len(inputs) != 1 or len(output_lists) != 1:
+                call.fail("takes one input tensor and one list of outputs per rank")
+            inp, outs = inputs[0], list(output_lists[0])
+            if len(outs) != self._size:
+                call.fail(f"tensor_list has {len(outs)} tensors; it needs one per rank ({self._size})")
+            labels = ["tensor"] + [f"tensor_list[{i}]" for i in range(len(outs))]
+            C.check_tensors(call.name, [inp] + outs, labels)
+            C.check_dtypes(call.name, [inp] + outs, labels)
+            if outs[self._rank].numel() != inp.numel():
+                call.fail(f"tensor_list[{self._rank}] has {outs[self._rank].numel()} elements but this rank's tensor has {inp.numel()}")
+            call.meta.set(dtype=inp.dtype, count=inp.numel())
+            for j in range(self._size):
+                call.meta.sends(self._rank, j, inp.numel())
+                call.meta.receives(j, self._rank, outs[j].numel())
+            call.equal = (C.DTYPE,)
+            in_view = call.staging.input(inp)
+            out_views = [call.staging.output(o) for o in outs]
+        counts = [row[C.COUNT] for row in call.rows]
+        if len(set(counts)) == 1:
+            return self._work_for(call.start(
+                lambda: [self._gloo.allgather([out_views], [in_view], self._gather_opts(call))], outs))
+        # Uneven sizes: one broadcast per rank, each from its own output slot.
+        me = self._rank
+
+        def launch() -> List[dist.Work]:
+            out_views[me].copy_(in_view)  # drained device memory: an exact copy
+            works = []
+            for j in range(self._size):
+                b = dist.BroadcastOptions()
+                b.rootRank = j
+                if call.timeout is not None:
+                    b.timeout = call.timeout
+                works.append(self._gloo.broadcast([out_views[j]], b))
+            return works
+
+        return self._work_for(call.start(launch, outs))
+
+    def all_gather_single(self, output: torch.Tensor, inp: torch.Tensor, opts=None) -> dist.Work:
+        opts = opts or AllgatherOptions()
+        with _Call(self, "all_gather_into_tensor", opts) as call:
+            C.check_tensors(call.name, [inp, output], ["input_tensor", "output_tensor"])
+            C.check_dtypes(call.name, [inp, output], ["input_tensor", "output_tensor"])
+            if output.numel() != inp.numel() * self._size:
+                call.fail(f"output_tensor has {output.numel()} elements; it needs world_size ({self._size}) x "
+                          f"input_tensor's {inp.numel()} = {inp.numel() * self._size}")
+            call.meta.set(dtype=inp.dtype, count=inp.numel())
+            call.equal = (C.DTYPE, C.COUNT)
+            in_view = call.staging.input(inp)
+            out_view = call.staging.output(output)
+            in_view, out_view = in_view.reshape(-1), out_view.reshape(-1)
+        return self._work_for(call.start(
+            lambda: [self._gloo._allgather_base(out_view, in_view, self._gather_opts(call))], [output]))
+
+    _allgather_base = all_gather_single
+
+    def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or AllgatherOptions()
+        with _Call(self, "all_gather_coalesced", opts) as call:
+            if len(output_lists) != len(inputs):
+                call.fail(f"{len(inputs)} inputs but {len(output_lists)} output lists")
+            flat = list(inputs) + [o for lst in output_lists for o in lst]
+            labels = [f"input_tensor_list[{i}]" for i in range(len(inputs))] + [
+                f"output_tensor_lists[{i}][{j}]" for i, lst in enumerate(output_lists) for j in range(len(lst))]
+            C.check_tensors(call.name, flat, labels)
+            for i, (inp, lst) in enumerate(zip(inputs, output_lists)):
+                if len(lst) != self._size:
+                    call.fail(f"output_tensor_lists[{i}] has {len(lst)} tensors; it needs {self._size}")
+                for j, o in enumerate(lst):
+                    if o.numel() != inp.numel() or o.dtype != inp.dtype:
+                        call.fail(f"output_tensor_lists[{i}][{j}] ({o.numel()} x {o.dtype}) does not match "
+                                  f"input_tensor_list[{i}] ({inp.numel()} x {inp.dtype})")
+            call.meta.set(sig=C.fingerprint([t.numel() for t in inputs] + [C._DTYPE_ID.get(t.dtype, 0) for t in inputs]),
+                          ntensors=len(inputs))
+            call.equal = (C.SIG, C.NTENSORS)
+            pairs = [([call.staging.output(o) for o in lst], call.staging.input(inp))
+                     for inp, lst in zip(inputs, output_lists)]
+        outs = [o for lst in output_lists for o in lst]
+        return self._work_for(call.start(
+            lambda: [self._gloo.allgather([ov], [iv], self._gather_opts(call)) for ov, iv in pairs], outs))
+
+    def all_gather_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or AllgatherOptions()
+        with _Call(self, "all_gather_into_tensor_coalesced", opts) as call:
+            if len(outputs) != len(inputs):
+                call.fail(f"{len(inputs)} inputs but {len(outputs)} outputs")
+            C.check_tensors(call.name, list(inputs) + list(outputs),
+                            [f"inputs[{i}]" for i in range(len(inputs))] + [f"outputs[{i}]" for i in range(len(outputs))])
+            for i, (o, inp) in enumerate(zip(outputs, inputs)):
+                if o.dtype != inp.dtype or o.numel() != inp.numel() * self._size:
+                    call.fail(f"outputs[{i}] ({o.numel()} x {o.dtype}) must hold world_size x inputs[{i}] "
+                              f"({inp.numel()} x {inp.dtype})")
+            call.meta.set(sig=C.fingerprint([t.numel() for t in inputs] + [C._DTYPE_ID.get(t.dtype, 0) for t in inputs]),
+                          ntensors=len(inputs))
+            call.equal = (C.SIG, C.NTENSORS)
+            pairs = [(call.staging.output(o).reshape(-1), call.staging.input(i).reshape(-1)) for o, i in zip(outputs, inputs)]
+        return self._work_for(call.start(
+            lambda: [self._gloo._allgather_base(ov, iv, self._gather_opts(call)) for ov, iv in pairs], list(outputs)))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    # -- reduce_scatter -------------------------------------------------------
+
+    def _rs_opts(self, call: _Call, kind) -> dist.ReduceScatterOptions:
+        gopts = dist.ReduceScatterOptions()
+        gopts.reduceOp = dist.ReduceOp(kind)
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return gopts
+
+    def reduce_scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts=None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        with _Call(self, "reduce_scatter", opts) as call:
+            if len(outputs) != 1 or len(input_lists) != 1:
+                call.fail("takes one output tensor and one list of inputs per rank")
+            out, ins = outputs[0], list(input_lists[0])
+            if len(ins) != self._size:
+                call.fail(f"input_list has {len(ins)} tensors; it needs one per rank ({self._size})")
+            labels = ["output"] + [f"input_list[{i}]" for i in range(len(ins))]
+            C.check_tensors(call.name, [out] + ins, labels)
+            C.check_dtypes(call.name, [out] + ins, labels)
+            if ins[self._rank].numel() != out.numel():
+                call.fail(f"output has {out.numel()} elements but input_list[{self._rank}] has {ins[self._rank].numel()}")
+            kind, post = self._reduce_op(call, opts.reduceOp, out.dtype)
+            call.meta.set(dtype=out.dtype, redop=_redop_id(opts.reduceOp),
+                          sig=C.fingerprint(t.numel() for t in ins))
+            call.equal = (C.DTYPE, C.REDOP, C.SIG)
+            even = len({t.numel() for t in ins}) == 1
+            flat = torch.cat([t.reshape(-1) for t in ins])
+            if even:
+                # One flat buffer, reduced and scattered by gloo in one call.
+                flat_in = call.staging.input(flat, reduce=True).reshape(-1)
+                out_view = call.staging.output(out, reduce=True, post=post).reshape(-1)
+            else:
+                # Uneven sizes: an all_reduce of the concatenation; this
+                # rank's slice is copied out on the device.
+                flat_in = call.staging.inout(flat, reduce=True, post=post)
+                n0 = sum(t.numel() for t in ins[: self._rank])
+                call.staging.after(lambda: out.copy_(flat[n0 : n0 + out.numel()].view(out.shape)))
+        if even:
+            return self._work_for(call.start(
+                lambda: [self._gloo._reduce_scatter_base(out_view, flat_in, self._rs_opts(call, kind))], [out]))
+        gopts = dist.AllreduceOptions()
+        gopts.reduceOp = dist.ReduceOp(kind)
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(lambda: [self._gloo.allreduce([flat_in], gopts)], [out]))
+
+    def reduce_scatter_single(self, output: torch.Tensor, inp: torch.Tensor, opts=None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        with _Call(self, "reduce_scatter_tensor", opts) as call:
+            C.check_tensors(call.name, [inp, output], ["input", "output"])
+            C.check_dtypes(call.name, [inp, output], ["input", "output"])
+            if inp.numel() != output.numel() * self._size:
+                call.fail(f"input has {inp.numel()} elements; it needs world_size ({self._size}) x output's "
+                          f"{output.numel()} = {output.numel() * self._size}")
+            kind, post = self._reduce_op(call, opts.reduceOp, output.dtype)
+            call.meta.set(dtype=output.dtype, redop=_redop_id(opts.reduceOp), count=output.numel())
+            call.equal = (C.DTYPE, C.REDOP, C.COUNT)
+            in_view = call.staging.input(inp, reduce=True).reshape(-1)
+            out_view = call.staging.output(output, reduce=True, post=post).reshape(-1)
+        return self._work_for(call.start(
+            lambda: [self._gloo._reduce_scatter_base(out_view, in_view, self._rs_opts(call, kind))], [output]))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.ReduceScatterOptions()
+        with _Call(self, "reduce_scatter_tensor_coalesced", opts) as call:
+            if len(outputs) != len(inputs) or not inputs:
+                call.fail(f"{len(inputs)} inputs but {len(outputs)} outputs")
+            C.check_tensors(call.name, list(inputs) + list(outputs),
+                            [f"inputs[{i}]" for i in range(len(inputs))] + [f"outputs[{i}]" for i in range(len(outputs))])
+            kinds = []
+            pairs = []
+            for i, (o, inp) in enumerate(zip(outputs, inputs)):
+                if o.dtype != inp.dtype or inp.numel() != o.numel() * self._size:
+                    call.fail(f"inputs[{i}] ({inp.numel()} x {inp.dtype}) must hold world_size x outputs[{i}] "
+                              f"({o.numel()} x {o.dtype})")
+                kind, post = self._reduce_op(call, opts.reduceOp, o.dtype)
+                kinds.append(kind)
+                pairs.append((call.staging.output(o, reduce=True, post=post).reshape(-1),
+                              call.staging.input(inp, reduce=True).reshape(-1)))
+            call.meta.set(redop=_redop_id(opts.reduceOp),
+                          sig=C.fingerprint([t.numel() for t in outputs] + [C._DTYPE_ID.get(t.dtype, 0) for t in outputs]),
+                          ntensors=len(outputs))
+            call.equal = (C.REDOP, C.SIG, C.NTENSORS)
+        return self._work_for(call.start(
+            lambda: [self._gloo._reduce_scatter_base(ov, iv, self._rs_opts(call, k)) for (ov, iv), k in zip(pairs, kinds)],
+            list(outputs)))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # -- all_to_all -----------------------------------------------------------
+
+    def _a2a_opts(self, call: _Call) -> dist.AllToAllOptions:
+        gopts = dist.AllToAllOptions()
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return gopts
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        inp: torch.Tensor,
+        output_split_sizes: Optional[List[int]],
+        input_split_sizes: Optional[List[int]],
+        opts=None,
+    ) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        with _Call(self, "all_to_all_single", opts) as call:
+            C.check_tensors(call.name, [inp, output], ["input", "output"])
+            C.check_dtypes(call.name, [inp, output], ["input", "output"])
+            if inp.dim() == 0 or output.dim() == 0:
+                call.fail("input and output need at least one dimension (the one that is split)")
+            out_splits = self._splits(call, output, output_split_sizes, "output")
+            in_splits = self._splits(call, inp, input_split_sizes, "input")
+            row_in = inp.numel() // inp.shape[0] if inp.shape[0] else 0
+            row_out = output.numel() // output.shape[0] if output.shape[0] else 0
+            if inp.shape[0] and output.shape[0] and row_in != row_out:
+                call.fail(f"a row (dim 0 slice) of input has {row_in} elements but one of output has {row_out}")
+            row = row_in or row_out
+            for j in range(self._size):
+                call.meta.sends(self._rank, j, in_splits[j] * row)
+                call.meta.receives(j, self._rank, out_splits[j] * row)
+            call.meta.set(dtype=inp.dtype)
+            call.equal = (C.DTYPE,)
+            in_view = call.staging.input(inp, rows=True)
+            out_view = call.staging.output(output, rows=True)
+        return self._work_for(call.start(
+            lambda: [self._gloo.alltoall_base(out_view, in_view, out_splits, in_splits, self._a2a_opts(call))], [output]))
+
+    alltoall_base = all_to_all_single
+
+    def _splits(self, call: _Call, t: torch.Tensor, splits: Optional[List[int]], what: str) -> List[int]:
+        if not splits:
+            if t.shape[0] % self._size:
+                call.fail(f"{what}'s dim 0 ({t.shape[0]}) is not divisible by world_size ({self._size}); pass split sizes")
+            return [t.shape[0] // self._size] * self._size
+        splits = [int(s) for s in splits]
+        if len(splits) != self._size or any(s < 0 for s in splits) or sum(splits) != t.shape[0]:
+            call.fail(f"{what}_split_sizes {splits} must be {self._size} non-negative sizes summing to {what}'s dim 0 ({t.shape[0]})")
+        return splits
+
+    def alltoall(self, output_list: List[torch.Tensor], input_list: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.AllToAllOptions()
+        with _Call(self, "all_to_all", opts) as call:
+            outs, ins = list(output_list), list(input_list)
+            if len(outs) != self._size or len(ins) != self._size:
+                call.fail(f"output_tensor_list and input_tensor_list need {self._size} tensors each, got {len(outs)} and {len(ins)}")
+            labels = [f"input_tensor_list[{i}]" for i in range(len(ins))] + [f"output_tensor_list[{i}]" for i in range(len(outs))]
+            C.check_tensors(call.name, ins + outs, labels)
+            C.check_dtypes(call.name, ins + outs, labels)
+            for j in range(self._size):
+                call.meta.sends(self._rank, j, ins[j].numel())
+                call.meta.receives(j, self._rank, outs[j].numel())
+            call.meta.set(dtype=ins[0].dtype)
+            call.equal = (C.DTYPE,)
+            # Gloo's list all_to_all needs one buffer: the inputs are
+            # concatenated on the device and the outputs split after.
+            in_flat = torch.cat([t.reshape(-1) for t in ins])
+            out_flat = torch.empty(sum(o.numel() for o in outs), dtype=outs[0].dtype, device=outs[0].device)
+            in_view = call.staging.input(in_flat, rows=True)
+            out_view = call.staging.output(out_flat, rows=True)
+            in_splits = [t.numel() for t in ins]
+            out_splits = [t.numel() for t in outs]
+
+            def split_back() -> None:
+                offset = 0
+                for o in outs:
+                    o.copy_(out_flat[offset : offset + o.numel()].view(o.shape))
+                    offset += o.numel()
+
+            call.staging.after(split_back)
+        return self._work_for(call.start(
+            lambda: [self._gloo.alltoall_base(out_view, in_view, out_splits, in_splits, self._a2a_opts(call))], outs))
+
+    # -- gather / scatter ---------------------------------------------------
+
+    def gather(self, output_lists: List[List[torch.Tensor]], inputs: List[torch.Tensor], opts=None) -> dist.Work:
+        opts = opts or dist.GatherOptions()
+        with _Call(self, "gather", opts) as call:
+            root = opts.rootRank
+            self._check_rank(call, root, "dst")
+            if len(inputs) != 1:
+                call.fail(f"takes one input tensor per rank, got {len(inputs)}")
+            inp = inputs[0]
+            outs = list(output_lists[0]) if output_lists else []
+            if self._rank == root and len(outs) != self._size:
+                call.fail(f"gather_list on the destination rank has {len(outs)} tensors; it needs {self._size}")
+            if self._rank != root and outs:
+                call.fail("gather_list must be given on the destination rank only")
+            labels = ["tensor"] + [f"gather_list[{i}]" for i in range(len(outs))]
+            C.check_tensors(call.name, [inp] + outs, labels)
+            C.check_dtypes(call.name, [inp] + outs, labels)
+            call.meta.sends(self._rank, root, inp.numel())
+            for j, o in enumerate(outs):
+                call.meta.receives(j, root, o.numel())
+            call.meta.set(dtype=inp.dtype, root=root, count=inp.numel())
+            call.equal = (C.DTYPE, C.ROOT, C.COUNT)
+            in_view = call.staging.input(inp)
+            out_views = [call.staging.output(o) for o in outs]
+        gopts = dist.GatherOptions()
+        gopts.rootRank = root
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(
+            lambda: [self._gloo.gather([out_views] if out_views else [], [in_view], gopts)], outs))
+
+    def scatter(self, outputs: List[torch.Tensor], input_lists: List[List[torch.Tensor]], opts=None) -> dist.Work:
+        opts = opts or dist.ScatterOptions()
+        with _Call(self, "scatter", opts) as call:
+            root = opts.rootRank
+            self._check_rank(call, root, "src")
+            if len(outputs) != 1:
+                call.fail(f"takes one output tensor per rank, got {len(outputs)}")
+            out = outputs[0]
+            ins = list(input_lists[0]) if input_lists else []
+            if self._rank == root and len(ins) != self._size:
+                call.fail(f"scatter_list on the source rank has {len(ins)} tensors; it needs {self._size}")
+            if self._rank != root and ins:
+                call.fail("scatter_list must be given on the source rank only")
+            labels = ["tensor"] + [f"scatter_list[{i}]" for i in range(len(ins))]
+            C.check_tensors(call.name, [out] + ins, labels)
+            C.check_dtypes(call.name, [out] + ins, labels)
+            for j, t in enumerate(ins):
+                call.meta.sends(root, j, t.numel())
+            call.meta.receives(root, self._rank, out.numel())
+            call.meta.set(dtype=out.dtype, root=root, count=out.numel())
+            call.equal = (C.DTYPE, C.ROOT, C.COUNT)
+            out_view = call.staging.output(out)
+            in_views = [call.staging.input(t) for t in ins]
+        gopts = dist.ScatterOptions()
+        gopts.rootRank = root
+        if call.timeout is not None:
+            gopts.timeout = call.timeout
+        return self._work_for(call.start(
+            lambda: [self._gloo.scatter([out_view], [in_views] if in_views else [], gopts)], [out]))
+
+    # -- barrier ------------------------------------------------------------
+
+    def barrier(self, opts=None) -> dist.Work:
+        opts = opts or dist.BarrierOptions()
+        # Work queued on this thread's chip finishes before the barrier, as
+        # with NCCL's barrier (an all_reduce queued behind it).
+        if torch.tpu.is_initialized():
+            torch.tpu.current_stream().synchronize()
+        with _Call(self, "barrier", opts):
+            pass
+        # The exchange is itself an all_gather: every rank has arrived.
+        return DoneWork("barrier", None, [])
+
+    # -- coalescing (c10d's _coalescing_manager with a device) --------------
+
+    def _start_coalescing(self, device: torch.device) -> None:
+        if self._coalescing is not None:
+            raise RuntimeError("tpu_dist: coalescing already started")
+        self._coalescing = []
+
+    def _end_coalescing(self, device: torch.device) -> dist.Work:
+        works, self._coalescing = self._coalescing or [], None
+        return _AllOf(works)
+
+    # -- point to point -----------------------------------------------------
+
+    def _p2p_tags(self, tag: int) -> Tuple[int, int]:
+        if not 0 <= tag < _MAX_TAG:
+            raise ValueError(f"tpu_dist: tag {tag} is out of range [0, {_MAX_TAG})")
+        return 2 * tag, 2 * tag + 1
+
+    def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
+        name = "send"
+        if len(tensors) != 1:
+            raise ValueError(f"tpu_dist send: takes one tensor, got {len(tensors)}")
+        if not 0 <= dst < self._size or dst == self._rank:
+            raise ValueError(f"tpu_dist send: dst rank {dst} is not another rank of the group (size {self._size})")
+        t = tensors[0]
+        C.check_tensors(name, [t], ["tensor"])
+        data_tag, meta_tag = self._p2p_tags(tag)
+        staging = Staging()
+        view = as_bytes(staging.input(t).reshape(-1)) if t.numel() else torch.empty(0, dtype=torch.uint8)
+        meta = torch.tensor([C._MAGIC, C._DTYPE_ID.get(t.dtype, 0), t.numel()], dtype=torch.int64)
+        staging.drain()
+        explain = lambda e: _p2p_error(name, self._rank, dst, e)  # noqa: E731
+        try:
+            works = [self._gloo.send([meta], dst, meta_tag)]
+            if view.numel():
+                works.append(self._gloo.send([view], dst, data_tag))
+        except Exception as e:
+            raise explain(e) from e
+        return _P2PWork(name, works, staging, [t], explain)
+
+    def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
+        if len(tensors) != 1:
+            raise ValueError(f"tpu_dist recv: takes one tensor, got {len(tensors)}")
+        if not 0 <= src < self._size or src == self._rank:
+            raise ValueError(f"tpu_dist recv: src rank {src} is not another rank of the group (size {self._size})")
+        return self._recv(tensors[0], src, tag)
+
+    def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
+        if len(tensors) != 1:
+            raise ValueError(f"tpu_dist recv: takes one tensor, got {len(tensors)}")
+        return self._recv(tensors[0], None, tag)
+
+    def _recv(self, t: torch.Tensor, src: Optional[int], tag: int) -> dist.Work:
+        C.check_tensors("recv", [t], ["tensor"])
+        data_tag, meta_tag = self._p2p_tags(tag)
+        staging = Staging()
+        view = as_bytes(staging.output(t).reshape(-1)) if t.numel() else torch.empty(0, dtype=torch.uint8)
+        staging.drain()
+        meta = torch.empty(3, dtype=torch.int64)
+        if src is None:
+            meta_work = self._gloo.recv_anysource([meta], meta_tag)
+        else:
+            meta_work = self._gloo.recv([meta], src, meta_tag)
+        r = _Recv(self, t, src, data_tag, meta, meta_work, view, staging)
+        if src is not None:
+            with self._recv_lock:
+                self._recvs.setdefault((src, tag), []).append(r)
+            r.queue = self._recvs[(src, tag)]
+        return r
+
+
+def _p2p_error(name: str, rank: int, peer, cause: BaseException) -> BaseException:
+    who = f"rank {peer}" if peer is not None else "any rank"
+    return dist.DistBackendError(f"tpu_dist: {name} between rank {rank} and {who} failed; gloo: {str(cause).strip()}")
+
+
+class _P2PWork(TpuWork):
+    def get_future(self) -> torch.futures.Future:
+        raise RuntimeError("tpu_dist: send/recv works have no future (as with gloo); call wait()")
+
+
+class _Recv(dist.Work):
+    """A receive in two steps: the sender's record (dtype, element count),
+    then the payload into a buffer of exactly that size, so that a size
+    mismatch is an error on the receiver instead of an abort inside gloo.
+
+    Payloads from one sender on one tag are posted in the order the receives
+    were issued, whichever of them is waited for first."""
+
+    def __init__(self, pg: ProcessGroupTPU, t, src, data_tag, meta, meta_work, view, staging) -> None:
+        super().__init__()
+        self.pg, self.t, self.src, self.data_tag = pg, t, src, data_tag
+        self.meta, self.meta_work, self.view, self.staging = meta, meta_work, view, staging
+        self.data_work: Optional[dist.Work] = None
+        self.posted = False
+        self.error: Optional[BaseException] = None
+        self.finished = False
+        self.queue: Optional[list] = None
+        self.lock = threading.Lock()
+
+    def _fail(self, e: BaseException) -> BaseException:
+        if self.error is None:
+            self.error = e if isinstance(e, (ValueError, TypeError)) else _p2p_error("recv", self.pg._rank, self.src, e)
+        return self.error
+
+    def _post(self, timeout=None) -> None:
+        """Wait for the sender's record and post the payload's receive."""
+        if self.posted:
+            return
+        self.posted = True
+        try:
+            self.meta_work.wait() if timeout is None else self.meta_work.wait(timeout)
+        except Exception as e:
+            raise self._fail(e) from e
+        if self.src is None:
+            self.src = self.meta_work._source_rank()
+        magic, dtype_id, count = self.meta.tolist()
+        sent_dtype = C.DTYPES[dtype_id - 1] if 0 < dtype_id <= len(C.DTYPES) else None
+        nbytes = count * (sent_dtype.itemsize if sent_dtype is not None else 1)
+        if magic != C._MAGIC:
+            self._fail(ValueError(f"tpu_dist recv: rank {self.src} sent a malformed record"))
+            return
+        buf = self.view
+        if sent_dtype != self.t.dtype or count != self.t.numel():
+            self._fail(ValueError(
+                f"tpu_dist recv from rank {self.src}: expected {self.t.numel()} elements of {self.t.dtype}, "
+                f"but rank {self.src} sent {count} elements of {sent_dtype}"))
+            buf = torch.empty(nbytes, dtype=torch.uint8)  # drained and dropped
+        if nbytes:
+            self.data_work = self.pg._gloo.recv([buf], self.src, self.data_tag)
+
+    def _drive(self, timeout=None) -> None:
+        """Post the payload receives of this one and those issued before it."""
+        if self.queue is None:
+            self._post(timeout)
+            return
+        with self.pg._recv_lock:
+            while self.queue and self.queue[0] is not self:
+                head = self.queue.pop(0)
+                try:
+                    head._post(timeout)
+                except Exception:
+                    pass  # kept in head.error
+            if self.queue and self.queue[0] is self:
+                self.queue.pop(0)
+        self._post(timeout)
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        if timeout is not None and timeout <= datetime.timedelta(0):
+            timeout = None
+        with self.lock:
+            if not self.finished:
+                try:
+                    self._drive(timeout)
+                    if self.data_work is not None:
+                        self.data_work.wait() if timeout is None else self.data_work.wait(timeout)
+                except Exception as e:
+                    self._fail(e)
+                self.finished = True
+                if self.error is None:
+                    self.staging.finish()
+                self.staging = None
+        if self.error is not None:
+            raise self.error
+        return True
+
+    def is_completed(self) -> bool:
+        if self.finished:
+            return True
+        if not self.posted:
+            if not self.meta_work.is_completed():
+                return False
+            try:
+                self._drive()  # the records before this one have arrived too
+            except Exception:
+                pass
+        if self.data_work is not None and not self.data_work.is_completed():
+            return False
+        try:
+            self.wait()
+        except Exception:
+            pass
+        return True
+
+    def is_success(self) -> bool:
+        return self.is_completed() and self.error is None
+
+    def exception(self):
+        return self.error
+
+    def result(self) -> List[torch.Tensor]:
+        return [self.t]
+
+    def source_rank(self) -> int:
+        if self.src is None:
+            self._drive()
+        return self.src
+
+    _source_rank = source_rank
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def get_future(self):
+        raise RuntimeError("tpu_dist: send/recv works have no future (as with gloo); call wait()")
+
+
+class _AllOf(dist.Work):
+    """The works of one coalescing block, as one."""
+
+    def __init__(self, works: Sequence[dist.Work]) -> None:
+        super().__init__()
+        self.works = list(works)
+
+    def wait(self, timeout=None) -> bool:
+        for w in self.works:
+            w.wait() if timeout is None else w.wait(timeout)
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def result(self) -> List[torch.Tensor]:
+        return [t for w in self.works for t in w.result()]
+
+    def get_future(self) -> torch.futures.Future:
+        futs = [w.get_future() for w in self.works]
+        fut = torch.futures.Future()
+
+        def done(all_f) -> None:
+            try:
+                fut.set_result([t for f in all_f.value() for t in f.value()])
+            except Exception as e:
+                fut.set_exception(e)
+
+        torch.futures.collect_all(futs).add_done_callback(done)
+        return fut
