@@ -98,7 +98,8 @@ def _build(package: str) -> type:
 
         def setup_device(self, device: torch.device) -> None:
             if device.type != "tpu":
-                raise error(f"torch-tpu: TPUAccelerator needs a tpu device, got {device}")
+                raise error(f"torch-tpu: TPUAccelerator needs a tpu device, got {device} (from the strategy: "
+                            f"strategy='auto' or SingleDeviceStrategy(device='tpu') runs on the chip)")
             torch.tpu.set_device(device)
 
         def teardown(self) -> None:
@@ -214,7 +215,9 @@ def _patch_device_log(package: str, accelerator: type) -> None:
 
     def _log_device_info(trainer: Any) -> None:
         original(trainer)
-        if isinstance(trainer.accelerator, accelerator):
+        # A strategy given by the user may have its own device (the registry's
+        # "single_device" is on the CPU): setup_device refuses it at fit time.
+        if isinstance(trainer.accelerator, accelerator) and trainer.strategy.root_device.type == "tpu":
             name = torch.tpu.get_device_name(trainer.strategy.root_device)
             rank_zero_info(f"torch-tpu: using {trainer.num_devices} of {torch.tpu.device_count()} tpu chip(s) "
                            f"({name}), accelerator {NAME!r}")

@@ -179,3 +179,16 @@ def test_pytorch_lightning_imported_before_torch():
     assert run.returncode == 0, run.stderr
     expected = ["TPUAccelerator", "tpu:0"] * (3 if importlib.util.find_spec("torch_xla") is None else 2)
     assert run.stdout.split() == expected
+
+
+def test_strategy_on_the_cpu_is_refused_at_fit():
+    """strategy="single_device" is the registry's SingleDeviceStrategy on the
+    CPU: the Trainer is built (the device summary used to raise ValueError
+    "expected a tpu device, got cpu" from the constructor) and fit refuses
+    it, as CUDAAccelerator.setup_device does ("Device should be GPU")."""
+    trainer = pl.Trainer(accelerator="tpu", devices=1, strategy="single_device", max_steps=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert trainer.strategy.root_device == torch.device("cpu")
+    train, _ = loaders()
+    with pytest.raises(pl.utilities.exceptions.MisconfigurationException, match="needs a tpu device, got cpu"):
+        trainer.fit(make_module(pl.LightningModule), train)
