@@ -14,11 +14,16 @@ FileStore; if the store itself is gone, the message says so instead.
 import datetime
 import os
 import socket
+import time
 from typing import List, Optional, Tuple
 
 import torch.distributed as dist
 
 _READ_TIMEOUT = datetime.timedelta(seconds=2)
+# A failure that comes fast (a peer closed its connection) may reach this
+# rank before a live peer has issued the collective; such a peer is given
+# this long to show up before it is named as one that did not join.
+_GRACE_S = 2.0
 
 
 def _alive(pid: int) -> bool:
@@ -63,26 +68,33 @@ class Watch:
             return None
         return self.store.get(key).decode()
 
-    def missing(self, seq: int) -> Tuple[List[Tuple[int, str]], List[int]]:
+    def missing(self, seq: int, grace: float) -> Tuple[List[Tuple[int, str]], List[int]]:
         """(ranks that have not issued collective ``seq``, with what they
-        issued last), (those of them known to have died)."""
+        issued last), (those of them known to have died). Live ranks that
+        are behind are given ``grace`` seconds to catch up."""
         old = self.store.timeout
         self.store.set_timeout(_READ_TIMEOUT)
         try:
-            behind, dead = [], []
+            procs = {}
             for r in range(self.size):
-                if r == self.rank:
-                    continue
-                entry = self._read(f"issued/{r}")
-                last = int(entry.split(" ", 1)[0]) if entry else 0
-                if last < seq:
-                    behind.append((r, f"#{entry}" if entry else "nothing yet"))
-                    proc = self._read(f"proc/{r}")
-                    if proc:
-                        host, pid = proc.rsplit(" ", 1)
-                        if host == self.host and not _alive(int(pid)):
+                proc = self._read(f"proc/{r}") if r != self.rank else None
+                if proc:
+                    host, pid = proc.rsplit(" ", 1)
+                    procs[r] = int(pid) if host == self.host else None
+            deadline = time.monotonic() + grace
+            while True:
+                behind, dead = [], []
+                for r in range(self.size):
+                    if r == self.rank:
+                        continue
+                    entry = self._read(f"issued/{r}")
+                    if (int(entry.split(" ", 1)[0]) if entry else 0) < seq:
+                        behind.append((r, f"#{entry}" if entry else "nothing yet"))
+                        if procs.get(r) is not None and not _alive(procs[r]):
                             dead.append(r)
-            return behind, dead
+                if len(behind) == len(dead) or time.monotonic() >= deadline:
+                    return behind, dead
+                time.sleep(0.05)
         finally:
             self.store.set_timeout(old)
 
@@ -93,12 +105,14 @@ class Watch:
             f"of {self.size}) failed"
         )
         text = str(cause).strip()
-        if "Timed out" in text or "timeout" in text.lower():
+        timed_out = "Timed out" in text or "timeout" in text.lower()
+        if timed_out:
             head += f" within the timeout of {self.timeout.total_seconds():g} s"
         parts = [head]
         if self.enabled:
             try:
-                behind, dead = self.missing(seq)
+                grace = 0.0 if timed_out else min(_GRACE_S, self.timeout.total_seconds() / 4)
+                behind, dead = self.missing(seq, grace)
                 if behind:
                     ranks = ", ".join(str(r) for r, _ in behind)
                     lasts = "; ".join(f"rank {r} last issued {what}" for r, what in behind)
