@@ -15,7 +15,9 @@ keep accelerate's own backend choice until torch-tpu has a distributed
 backend; then this module is where it is selected.
 
 ``accelerate.utils.memory.clear_device_cache`` also empties the tpu cache
-when tpu is the device accelerate uses.
+when tpu is the device accelerate uses, and ``find_executable_batch_size``
+(``TrainingArguments(auto_find_batch_size=True)``) halves the batch size
+on tpu's out-of-memory error as on CUDA's.
 """
 from types import ModuleType
 
@@ -54,6 +56,22 @@ def _patch_memory(memory: ModuleType) -> None:
     clear_device_cache.__doc__ = original.__doc__
     clear_device_cache._torch_tpu = True
     memory.clear_device_cache = clear_device_cache
+
+    # find_executable_batch_size (and so Trainer's auto_find_batch_size)
+    # halves the batch on errors whose text it knows (" out of memory." for
+    # CUDA); tpu's OutOfMemoryError reads "tpu:N out of memory: ...".
+    reduce = memory.should_reduce_batch_size
+
+    def should_reduce_batch_size(exception: Exception) -> bool:
+        if reduce(exception):
+            return True
+        return (isinstance(exception, torch.OutOfMemoryError) and len(exception.args) == 1
+                and isinstance(exception.args[0], str) and exception.args[0].startswith("tpu:")
+                and " out of memory" in exception.args[0])
+
+    should_reduce_batch_size.__doc__ = reduce.__doc__
+    should_reduce_batch_size._torch_tpu = True
+    memory.should_reduce_batch_size = should_reduce_batch_size
 
 
 def install() -> None:

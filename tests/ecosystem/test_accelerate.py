@@ -105,3 +105,30 @@ def test_bf16_autocast_runs_in_bf16_on_tpu(native_only):
     assert out.dtype == torch.float32
     accelerator.backward(out.sum())
     assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in model.parameters())
+
+
+def test_find_executable_batch_size_halves_on_tpu_oom():
+    """accelerate retries with a smaller batch on errors whose text it knows
+    (CUDA's "... out of memory."); tpu's OutOfMemoryError ("tpu:0 out of
+    memory: ...") used to end the search at the first try. A fresh
+    interpreter: the memory fraction is process-wide."""
+    run = run_python("""
+        import torch, torch_tpu
+        from accelerate.utils import find_executable_batch_size
+        from accelerate.utils.memory import should_reduce_batch_size
+        torch.tpu.set_per_process_memory_fraction(0.01)  # 163.8 MiB of 16 GiB
+        tried = []
+
+        @find_executable_batch_size(starting_batch_size=1024)
+        def step(batch_size):
+            tried.append(batch_size)
+            torch.empty(batch_size, 1 << 18, device="tpu")  # 1 MiB a row
+            return batch_size
+
+        print(step(), len(tried))
+        print(should_reduce_batch_size(RuntimeError("something else")))
+    """)
+    assert run.returncode == 0, run.stderr
+    final, tries = run.stdout.split()[:2]
+    assert int(final) * 2**20 <= 0.01 * 16 * 2**30 and int(tries) > 1
+    assert run.stdout.split()[2] == "False"
