@@ -376,6 +376,12 @@ def test_caching_allocator_alloc_and_delete():
         torch.tpu.caching_allocator_alloc(-5)
     with pytest.raises(torch.OutOfMemoryError):
         torch.tpu.caching_allocator_alloc(1 << 40)
+    # Past int64 (CUDA: an OverflowError from PyLong_AsSsize_t), not pybind11's
+    # "incompatible function arguments" listing.
+    with pytest.raises(OverflowError, match="size 18446744073709551616 is too large"):
+        torch.tpu.caching_allocator_alloc(2**64)
+    with pytest.raises(ValueError, match=f"stream {2**64} is not a stream of tpu:0"):
+        torch.tpu.caching_allocator_alloc(10, stream=2**64)
     assert torch.tpu.memory_allocated() == before
     assert torch.tpu.get_allocator_backend() == "native"
 

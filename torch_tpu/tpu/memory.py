@@ -167,6 +167,10 @@ def caching_allocator_alloc(size: int, device: _device_t = None, stream: Union[t
         )
     if isinstance(size, bool) or not isinstance(size, int):
         raise TypeError(f"torch.tpu.caching_allocator_alloc: size must be an int, got {type(size).__name__} {size!r}")
+    if size >= 2**63:
+        raise OverflowError(f"torch.tpu.caching_allocator_alloc: size {size} is too large (at most 2**63 - 1 bytes)")
+    if not -(2**63) <= stream < 2**63:
+        raise ValueError(f"torch.tpu.caching_allocator_alloc: stream {stream} is not a stream of tpu:{index}")
     return _C()._caching_allocator_alloc(size, index, stream)
 
 
