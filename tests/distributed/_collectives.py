@@ -7,7 +7,7 @@ inputs. Values are small integers (halves for floats), so every result is
 exact in every dtype and the comparison is ``torch.equal``.
 """
 import zlib
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 import torch
 import torch.distributed as dist

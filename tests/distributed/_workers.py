@@ -242,3 +242,17 @@ def ddp(rank: int, world: int, steps: int) -> dict:
         out["ref_losses"] = ref_losses
         out["ref_params"] = [p.detach().cpu() for p in ref.parameters()]
     return out
+
+
+def irecv_then_barrier(rank: int, world: int) -> bool:
+    """The receiver blocks elsewhere before waiting: the send still goes out."""
+    t = torch.arange(5.0, device="tpu")
+    if rank == 0:
+        dist.send(t, 1)
+        dist.barrier()
+        return True
+    r = torch.empty(5, device="tpu")
+    req = dist.irecv(r, 0)
+    dist.barrier()
+    req.wait()
+    return r.cpu().tolist() == t.cpu().tolist()

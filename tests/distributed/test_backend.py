@@ -1,11 +1,9 @@
 """tpu_dist's registration, default selection, chip choice, argument
 errors and async handles."""
-import os
 import subprocess
 import sys
 import tempfile
 
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -99,3 +97,7 @@ def test_async_handles_and_stream_order():
                     "stream_order", "side_stream", "barrier_async"):
             assert out[key] is True, key
         assert out["future_device"].startswith("tpu")
+
+
+def test_irecv_posted_without_wait():
+    assert run_ranks(W.irecv_then_barrier, 2, timeout=60, pg_timeout=10).values() == [True, True]

@@ -23,14 +23,15 @@ CPU tensors take the same path, without views.
 """
 import datetime
 import threading
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, ProcessGroupGloo
 
 from torch_tpu.distributed import _checks as C
-from torch_tpu.distributed._views import GLOO_DTYPES, Staging, as_bytes, host_view
+from torch_tpu.distributed._p2p import PointToPoint
+from torch_tpu.distributed._views import Staging
 from torch_tpu.distributed._watch import Watch
 from torch_tpu.distributed._work import DoneWork, TpuWork
 
@@ -42,9 +43,6 @@ BACKEND_NAME = "tpu_dist"
 _BOOL_OPS = {R.SUM: R.MAX, R.PRODUCT: R.MIN, R.MIN: R.MIN, R.MAX: R.MAX,
              R.BAND: R.MIN, R.BOR: R.MAX, R.BXOR: R.BXOR}
 _BITWISE = (R.BAND, R.BOR, R.BXOR)
-
-# p2p: the argument record and the payload travel on two gloo tags.
-_MAX_TAG = 1 << 29
 
 
 def _redop_id(op) -> int:
@@ -123,8 +121,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._watch = Watch(store, rank, size, self._group_name, timeout)
         self._seq = 0
         self._seq_lock = threading.Lock()
-        self._recvs: Dict[Tuple[int, int], List["_Recv"]] = {}
-        self._recv_lock = threading.Lock()
+        self._p2p = PointToPoint(self._gloo, rank, size)
         self._coalescing: Optional[List[dist.Work]] = None
         # gloo serves as this group's backend for what c10d asks of the
         # C++ object itself (object collectives' device, timeouts,
@@ -678,200 +675,16 @@ class ProcessGroupTPU(dist.ProcessGroup):
         works, self._coalescing = self._coalescing or [], None
         return _AllOf(works)
 
-    # -- point to point -----------------------------------------------------
-
-    def _p2p_tags(self, tag: int) -> Tuple[int, int]:
-        if not 0 <= tag < _MAX_TAG:
-            raise ValueError(f"tpu_dist: tag {tag} is out of range [0, {_MAX_TAG})")
-        return 2 * tag, 2 * tag + 1
+    # -- point to point (_p2p) -----------------------------------------------
 
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> dist.Work:
-        name = "send"
-        if len(tensors) != 1:
-            raise ValueError(f"tpu_dist send: takes one tensor, got {len(tensors)}")
-        if not 0 <= dst < self._size or dst == self._rank:
-            raise ValueError(f"tpu_dist send: dst rank {dst} is not another rank of the group (size {self._size})")
-        t = tensors[0]
-        C.check_tensors(name, [t], ["tensor"])
-        data_tag, meta_tag = self._p2p_tags(tag)
-        staging = Staging()
-        view = as_bytes(staging.input(t).reshape(-1)) if t.numel() else torch.empty(0, dtype=torch.uint8)
-        meta = torch.tensor([C._MAGIC, C._DTYPE_ID.get(t.dtype, 0), t.numel()], dtype=torch.int64)
-        staging.drain()
-        explain = lambda e: _p2p_error(name, self._rank, dst, e)  # noqa: E731
-        try:
-            works = [self._gloo.send([meta], dst, meta_tag)]
-            if view.numel():
-                works.append(self._gloo.send([view], dst, data_tag))
-        except Exception as e:
-            raise explain(e) from e
-        return _P2PWork(name, works, staging, [t], explain)
+        return self._p2p.send(tensors, dst, tag)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> dist.Work:
-        if len(tensors) != 1:
-            raise ValueError(f"tpu_dist recv: takes one tensor, got {len(tensors)}")
-        if not 0 <= src < self._size or src == self._rank:
-            raise ValueError(f"tpu_dist recv: src rank {src} is not another rank of the group (size {self._size})")
-        return self._recv(tensors[0], src, tag)
+        return self._p2p.recv(tensors, src, tag)
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> dist.Work:
-        if len(tensors) != 1:
-            raise ValueError(f"tpu_dist recv: takes one tensor, got {len(tensors)}")
-        return self._recv(tensors[0], None, tag)
-
-    def _recv(self, t: torch.Tensor, src: Optional[int], tag: int) -> dist.Work:
-        C.check_tensors("recv", [t], ["tensor"])
-        data_tag, meta_tag = self._p2p_tags(tag)
-        staging = Staging()
-        view = as_bytes(staging.output(t).reshape(-1)) if t.numel() else torch.empty(0, dtype=torch.uint8)
-        staging.drain()
-        meta = torch.empty(3, dtype=torch.int64)
-        if src is None:
-            meta_work = self._gloo.recv_anysource([meta], meta_tag)
-        else:
-            meta_work = self._gloo.recv([meta], src, meta_tag)
-        r = _Recv(self, t, src, data_tag, meta, meta_work, view, staging)
-        if src is not None:
-            with self._recv_lock:
-                self._recvs.setdefault((src, tag), []).append(r)
-            r.queue = self._recvs[(src, tag)]
-        return r
-
-
-def _p2p_error(name: str, rank: int, peer, cause: BaseException) -> BaseException:
-    who = f"rank {peer}" if peer is not None else "any rank"
-    return dist.DistBackendError(f"tpu_dist: {name} between rank {rank} and {who} failed; gloo: {str(cause).strip()}")
-
-
-class _P2PWork(TpuWork):
-    def get_future(self) -> torch.futures.Future:
-        raise RuntimeError("tpu_dist: send/recv works have no future (as with gloo); call wait()")
-
-
-class _Recv(dist.Work):
-    """A receive in two steps: the sender's record (dtype, element count),
-    then the payload into a buffer of exactly that size, so that a size
-    mismatch is an error on the receiver instead of an abort inside gloo.
-
-    Payloads from one sender on one tag are posted in the order the receives
-    were issued, whichever of them is waited for first."""
-
-    def __init__(self, pg: ProcessGroupTPU, t, src, data_tag, meta, meta_work, view, staging) -> None:
-        super().__init__()
-        self.pg, self.t, self.src, self.data_tag = pg, t, src, data_tag
-        self.meta, self.meta_work, self.view, self.staging = meta, meta_work, view, staging
-        self.data_work: Optional[dist.Work] = None
-        self.posted = False
-        self.error: Optional[BaseException] = None
-        self.finished = False
-        self.queue: Optional[list] = None
-        self.lock = threading.Lock()
-
-    def _fail(self, e: BaseException) -> BaseException:
-        if self.error is None:
-            self.error = e if isinstance(e, (ValueError, TypeError)) else _p2p_error("recv", self.pg._rank, self.src, e)
-        return self.error
-
-    def _post(self, timeout=None) -> None:
-        """Wait for the sender's record and post the payload's receive."""
-        if self.posted:
-            return
-        self.posted = True
-        try:
-            self.meta_work.wait() if timeout is None else self.meta_work.wait(timeout)
-        except Exception as e:
-            raise self._fail(e) from e
-        if self.src is None:
-            self.src = self.meta_work._source_rank()
-        magic, dtype_id, count = self.meta.tolist()
-        sent_dtype = C.DTYPES[dtype_id - 1] if 0 < dtype_id <= len(C.DTYPES) else None
-        nbytes = count * (sent_dtype.itemsize if sent_dtype is not None else 1)
-        if magic != C._MAGIC:
-            self._fail(ValueError(f"tpu_dist recv: rank {self.src} sent a malformed record"))
-            return
-        buf = self.view
-        if sent_dtype != self.t.dtype or count != self.t.numel():
-            self._fail(ValueError(
-                f"tpu_dist recv from rank {self.src}: expected {self.t.numel()} elements of {self.t.dtype}, "
-                f"but rank {self.src} sent {count} elements of {sent_dtype}"))
-            buf = torch.empty(nbytes, dtype=torch.uint8)  # drained and dropped
-        if nbytes:
-            self.data_work = self.pg._gloo.recv([buf], self.src, self.data_tag)
-
-    def _drive(self, timeout=None) -> None:
-        """Post the payload receives of this one and those issued before it."""
-        if self.queue is None:
-            self._post(timeout)
-            return
-        with self.pg._recv_lock:
-            while self.queue and self.queue[0] is not self:
-                head = self.queue.pop(0)
-                try:
-                    head._post(timeout)
-                except Exception:
-                    pass  # kept in head.error
-            if self.queue and self.queue[0] is self:
-                self.queue.pop(0)
-        self._post(timeout)
-
-    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
-        if timeout is not None and timeout <= datetime.timedelta(0):
-            timeout = None
-        with self.lock:
-            if not self.finished:
-                try:
-                    self._drive(timeout)
-                    if self.data_work is not None:
-                        self.data_work.wait() if timeout is None else self.data_work.wait(timeout)
-                except Exception as e:
-                    self._fail(e)
-                self.finished = True
-                if self.error is None:
-                    self.staging.finish()
-                self.staging = None
-        if self.error is not None:
-            raise self.error
-        return True
-
-    def is_completed(self) -> bool:
-        if self.finished:
-            return True
-        if not self.posted:
-            if not self.meta_work.is_completed():
-                return False
-            try:
-                self._drive()  # the records before this one have arrived too
-            except Exception:
-                pass
-        if self.data_work is not None and not self.data_work.is_completed():
-            return False
-        try:
-            self.wait()
-        except Exception:
-            pass
-        return True
-
-    def is_success(self) -> bool:
-        return self.is_completed() and self.error is None
-
-    def exception(self):
-        return self.error
-
-    def result(self) -> List[torch.Tensor]:
-        return [self.t]
-
-    def source_rank(self) -> int:
-        if self.src is None:
-            self._drive()
-        return self.src
-
-    _source_rank = source_rank
-
-    def synchronize(self) -> None:
-        self.wait()
-
-    def get_future(self):
-        raise RuntimeError("tpu_dist: send/recv works have no future (as with gloo); call wait()")
+        return self._p2p.recv(tensors, None, tag)
 
 
 class _AllOf(dist.Work):
