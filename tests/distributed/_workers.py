@@ -256,3 +256,83 @@ def irecv_then_barrier(rank: int, world: int) -> bool:
     dist.barrier()
     req.wait()
     return r.cpu().tolist() == t.cpu().tolist()
+
+
+# -- FSDP2 and DTensor on a tpu DeviceMesh --------------------------------------
+
+
+def _small_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
+                               torch.nn.Linear(16, 2))
+
+
+def _small_batch(step: int):
+    g = torch.Generator().manual_seed(step)
+    return torch.randn(8, 8, generator=g), torch.randn(8, 2, generator=g)
+
+
+def fsdp2_dtensor(rank: int, world: int, steps: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("tpu", (world,))
+    out = {}
+    full = torch.arange(16.0).reshape(4, 4)
+    d = distribute_tensor(full.to("tpu"), mesh, [Shard(0)])
+    out["dtensor_local"] = d.to_local().cpu()
+    out["dtensor_replicate"] = d.redistribute(mesh, [Replicate()]).to_local().cpu()
+    out["dtensor_sum"] = (d * 2).sum().full_tensor().item()
+
+    model = _small_model().to("tpu")
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    per = 8 // world
+    losses = []
+    for step in range(steps):
+        x, y = _small_batch(step)
+        loss = torch.nn.functional.mse_loss(model(x[rank * per : (rank + 1) * per].to("tpu")),
+                                            y[rank * per : (rank + 1) * per].to("tpu"))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        avg = loss.detach().clone()
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        losses.append(avg.item())
+    out["losses"] = losses
+    out["params"] = [p.full_tensor().cpu() for p in model.parameters()]
+    if rank == 0:
+        ref = _small_model().to("tpu")
+        ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+        ref_losses = []
+        for step in range(steps):
+            x, y = _small_batch(step)
+            loss = torch.nn.functional.mse_loss(ref(x.to("tpu")), y.to("tpu"))
+            loss.backward()
+            ref_opt.step()
+            ref_opt.zero_grad()
+            ref_losses.append(loss.item())
+        out["ref_losses"] = ref_losses
+        out["ref_params"] = [p.detach().cpu() for p in ref.parameters()]
+    return out
+
+
+def subgroups(rank: int, world: int) -> dict:
+    """new_group and a 2 x 2 DeviceMesh: group ranks, global src."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    g = dist.new_group([0, 2])
+    h = dist.new_group([1, 3])
+    mine = g if rank in (0, 2) else h
+    t = torch.full((2,), float(rank), device="tpu")
+    dist.all_reduce(t, group=mine)
+    b = torch.full((2,), float(rank), device="tpu")
+    dist.broadcast(b, src=2 if rank in (0, 2) else 3, group=mine)
+    mesh = init_device_mesh("tpu", (2, 2))
+    rows = torch.full((1,), float(rank), device="tpu")
+    dist.all_reduce(rows, group=mesh.get_group(1))
+    return {"new_group": t.cpu().tolist(), "broadcast": b.cpu().tolist(), "mesh_dim1": rows.cpu().tolist()}

@@ -101,3 +101,10 @@ def test_async_handles_and_stream_order():
 
 def test_irecv_posted_without_wait():
     assert run_ranks(W.irecv_then_barrier, 2, timeout=60, pg_timeout=10).values() == [True, True]
+
+
+def test_subgroups_and_device_mesh():
+    results = run_ranks(W.subgroups, 4, timeout=90, env={"TORCH_TPU_CHIPS": "1"}).values()
+    assert [r["new_group"] for r in results] == [[2.0] * 2, [4.0] * 2, [2.0] * 2, [4.0] * 2]
+    assert [r["broadcast"] for r in results] == [[2.0] * 2, [3.0] * 2, [2.0] * 2, [3.0] * 2]
+    assert [r["mesh_dim1"] for r in results] == [[1.0], [1.0], [5.0], [5.0]]
