@@ -16,6 +16,7 @@ R = dist.ReduceOp
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int8, torch.int16,
           torch.int32, torch.int64, torch.uint8, torch.bool]
 REDUCE_OPS = [R.SUM, R.AVG, R.MIN, R.MAX, R.PRODUCT]
+BITWISE = [R.BAND, R.BOR, R.BXOR]
 
 
 def make(tag: str, rank: int, shape, dtype: torch.dtype, op=None, device="tpu", layout="contiguous") -> torch.Tensor:
@@ -42,6 +43,12 @@ def make(tag: str, rank: int, shape, dtype: torch.dtype, op=None, device="tpu", 
 def reduce_def(xs: List[torch.Tensor], op, dtype: torch.dtype) -> torch.Tensor:
     """The reduction over ranks, as NCCL defines it (bool SUM is a logical or)."""
     s = torch.stack([x.cpu() for x in xs])
+    if op in BITWISE:
+        fn = {R.BAND: torch.bitwise_and, R.BOR: torch.bitwise_or, R.BXOR: torch.bitwise_xor}[op]
+        out = s[0]
+        for x in s[1:]:
+            out = fn(out, x)
+        return out
     if dtype == torch.bool:
         return s.any(0) if op in (R.SUM, R.MAX) else s.all(0)
     wide = s.double() if dtype.is_floating_point else s.long()
@@ -256,6 +263,9 @@ def run_all(rank: int, world: int, device: str = "tpu", dtypes=None) -> dict:
             c.guard(f"all_reduce {op} {dtype}", lambda: c.all_reduce(dtype, op, "contiguous"))
             c.guard(f"reduce_scatter {op} {dtype}", lambda: c.reduce_scatter(dtype, op))
             c.guard(f"reduce_scatter_tensor {op} {dtype}", lambda: c.reduce_scatter_tensor(dtype, op))
+        if not dtype.is_floating_point:
+            for op in BITWISE:
+                c.guard(f"all_reduce {op} {dtype}", lambda: c.all_reduce(dtype, op, "contiguous"))
         c.guard(f"all_reduce transposed {dtype}", lambda: c.all_reduce(dtype, R.SUM, "transposed"))
         c.guard(f"all_reduce_coalesced {dtype}", lambda: c.all_reduce_coalesced(dtype))
         c.guard(f"broadcast {dtype}", lambda: c.broadcast(dtype, "contiguous"))
