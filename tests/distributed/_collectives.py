@@ -157,6 +157,14 @@ class Checker:
             want = torch.cat([make(f"agc{i}", r, (i + 1,), dtype, device="cpu") for r in range(self.world)])
             self.expect(f"coalesced all_gather_into_tensor {dtype} [{i}]", o, want)
 
+    def all_gather_coalesced(self, dtype) -> None:
+        ins = [self.make(f"agl{i}", self.rank, (i + 2,), dtype) for i in range(2)]
+        outs = [[torch.empty(i + 2, dtype=dtype, device=self.device) for _ in range(self.world)] for i in range(2)]
+        dist.all_gather_coalesced(outs, ins)
+        for i, lst in enumerate(outs):
+            for r, o in enumerate(lst):
+                self.expect(f"all_gather_coalesced {dtype} [{i}][{r}]", o, make(f"agl{i}", r, (i + 2,), dtype, device="cpu"))
+
     def reduce_scatter(self, dtype, op, uneven=False) -> None:
         if dtype == torch.bool and op == R.AVG:
             return
@@ -275,6 +283,7 @@ def run_all(rank: int, world: int, device: str = "tpu", dtypes=None) -> dict:
         c.guard(f"all_gather transposed {dtype}", lambda: c.all_gather(dtype, "transposed"))
         c.guard(f"all_gather uneven {dtype}", lambda: c.all_gather_uneven(dtype))
         c.guard(f"all_gather_into_tensor {dtype}", lambda: c.all_gather_into_tensor(dtype))
+        c.guard(f"all_gather_coalesced {dtype}", lambda: c.all_gather_coalesced(dtype))
         c.guard(f"reduce_scatter uneven {dtype}", lambda: c.reduce_scatter(dtype, R.SUM, uneven=True))
         c.guard(f"reduce_scatter coalesced {dtype}", lambda: c.reduce_scatter_coalesced(dtype))
         c.guard(f"all_to_all {dtype}", lambda: c.all_to_all(dtype))

@@ -126,6 +126,12 @@ def handles(rank: int, world: int) -> dict:
     out["future_value"] = value[0].cpu().tolist() == [total] * 5
     out["future_then"] = doubled.wait().cpu().tolist() == [2 * total] * 5
 
+    # get_future() on a non-contiguous tensor: the copy back is queued from
+    # gloo's callback thread, on the issuing stream.
+    nf = torch.full((6, 3), float(rank + 1), device="tpu").t()
+    value = dist.all_reduce(nf, async_op=True).get_future().wait()
+    out["future_noncontiguous"] = bool((value[0].cpu() == total).all()) and bool((nf.cpu() == total).all())
+
     # Many in flight, waited in reverse order.
     ts = [torch.full((64,), float(i + rank), device="tpu") for i in range(6)]
     ws = [dist.all_reduce(x, async_op=True) for x in ts]

@@ -93,8 +93,8 @@ def test_async_handles_and_stream_order():
     for out in run_ranks(W.handles, 2).values():
         assert out["wait"] is True and out["completed_after_wait"] and out["success"]
         assert out["exception"] is None
-        for key in ("wait_value", "poll_value", "future_value", "future_then", "many", "kept_alive",
-                    "stream_order", "side_stream", "barrier_async"):
+        for key in ("wait_value", "poll_value", "future_value", "future_then", "future_noncontiguous", "many",
+                    "kept_alive", "stream_order", "side_stream", "barrier_async"):
             assert out[key] is True, key
         assert out["future_device"].startswith("tpu")
 

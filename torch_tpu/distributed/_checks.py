@@ -53,9 +53,6 @@ DTYPES = [
 ]
 _DTYPE_ID = {d: i + 1 for i, d in enumerate(DTYPES)}
 
-# Local error codes carried in the record, and what the other ranks say.
-ERRORS = {1: "its arguments failed the local checks"}
-
 
 def weight(src: int, dst: int) -> int:
     """A pseudo-random nonzero weight of the (sender, receiver) pair."""

@@ -111,9 +111,6 @@ class TpuWork(dist.Work):
             raise ValueError(f"tpu_dist {self.name}: source_rank() is only defined for recv from any source")
         return self._source_rank()
 
-    def _source_rank_(self) -> int:
-        return self.source_rank()
-
     def synchronize(self) -> None:
         self.wait()
 
