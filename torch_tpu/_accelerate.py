@@ -10,15 +10,23 @@ would put the model on the CPU while torch.accelerator reports tpu. Once
 What stays the user's choice, as with cuda: ``ACCELERATE_TORCH_DEVICE``
 (read by accelerate before it asks for the default), ``cpu=True`` /
 ``TrainingArguments(use_cpu=True)`` (accelerate does not ask for the default
-then), and any other accelerator accelerate finds first. Multi-process runs
-keep accelerate's own backend choice until torch-tpu has a distributed
-backend; then this module is where it is selected.
+then), and any other accelerator accelerate finds first.
+
+Several processes (``accelerate launch``, torchrun): accelerate would find
+no accelerator it knows and run each process alone. Where it would, the
+processes instead form one group over torch-tpu's ``tpu_dist`` backend
+(docs/distributed.md) as accelerate's ``MULTI_CPU`` type, the type whose
+model wrapping (``DistributedDataParallel`` without ``device_ids``),
+data sharding and collectives are device-generic, and each process uses
+its chip (``tpu:LOCAL_RANK`` when it has that many, else ``tpu:0``, as
+``tpu_dist`` chooses).
 
 ``accelerate.utils.memory.clear_device_cache`` also empties the tpu cache
 when tpu is the device accelerate uses, and ``find_executable_batch_size``
 (``TrainingArguments(auto_find_batch_size=True)``) halves the batch size
 on tpu's out-of-memory error as on CUDA's.
 """
+import os
 from types import ModuleType
 
 import torch
@@ -41,6 +49,34 @@ def _patch_state(state: ModuleType) -> None:
     default_device.__doc__ = (original.__doc__ or "") + "\n        (torch-tpu: tpu before the CPU.)\n"
     default_device._torch_tpu = True
     cls.default_device = property(default_device)
+
+
+def _patch_backend(state: ModuleType) -> None:
+    cls = state.PartialState
+    original_prepare = cls._prepare_backend
+    original_set_device = cls.set_device
+    if getattr(original_prepare, "_torch_tpu", False):
+        return
+    distributed_type = state.DistributedType
+
+    def _prepare_backend(self, cpu: bool = False, sagemaker_dp=False, backend=None):
+        chosen, kind = original_prepare(self, cpu, sagemaker_dp, backend)
+        multi_process = int(os.environ.get("LOCAL_RANK", -1)) != -1
+        if kind == distributed_type.NO and multi_process and not cpu and torch.tpu.is_available():
+            return backend or "tpu_dist", distributed_type.MULTI_CPU
+        return chosen, kind
+
+    def set_device(self) -> None:
+        if self.device is None and self.backend == "tpu_dist" and not self._cpu:
+            self.device = torch.device("tpu", torch.tpu.current_device())  # tpu_dist chose it
+            return
+        original_set_device(self)
+
+    _prepare_backend._torch_tpu = True
+    _prepare_backend.__doc__ = original_prepare.__doc__
+    set_device.__doc__ = original_set_device.__doc__
+    cls._prepare_backend = _prepare_backend
+    cls.set_device = set_device
 
 
 def _patch_memory(memory: ModuleType) -> None:
@@ -76,4 +112,5 @@ def _patch_memory(memory: ModuleType) -> None:
 
 def install() -> None:
     when_imported("accelerate.state", _patch_state)
+    when_imported("accelerate.state", _patch_backend)
     when_imported("accelerate.utils.memory", _patch_memory)

@@ -132,3 +132,43 @@ def test_find_executable_batch_size_halves_on_tpu_oom():
     final, tries = run.stdout.split()[:2]
     assert int(final) * 2**20 <= 0.01 * 16 * 2**30 and int(tries) > 1
     assert run.stdout.split()[2] == "False"
+
+
+def test_torchrun_two_processes_train_as_one(tmp_path):
+    """torchrun with two processes: accelerate forms one group over tpu_dist,
+    wraps the model in DDP on tpu and shards the data; the result is the
+    same model trained in one process on the CPU with both ranks' batches
+    together (batch 16 = two shards of 8, gradients averaged)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    worker = os.path.join(os.path.dirname(__file__), "_accelerate_ddp_worker.py")
+    env = dict(os.environ, OUT=str(tmp_path), OMP_NUM_THREADS="1", TORCH_TPU_CHIPS="2")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          worker], capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(64, 8, generator=g), torch.randn(64, 1, generator=g)
+    want_losses = []
+    for start in range(0, 64, 16):
+        loss = torch.nn.functional.mse_loss(model(x[start:start + 16]), y[start:start + 16])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        want_losses.append(loss.item())
+    want = torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    for r, got in enumerate(ranks):
+        assert (got["rank"], got["world"], got["wrapper"]) == (r, 2, "DistributedDataParallel")
+        assert got["device"] == f"tpu:{r}" and got["batch_devices"] == [got["device"]]  # tpu:LOCAL_RANK
+        assert "tpu:tpu_dist" in got["backend"]
+        torch.testing.assert_close(torch.tensor(got["losses"]), torch.tensor(want_losses), rtol=1e-5, atol=1e-6)
+        params = torch.tensor([v for p in got["params"] for v in p])
+        torch.testing.assert_close(params, want, rtol=1e-5, atol=1e-6)
