@@ -19,7 +19,10 @@ processes instead form one group over torch-tpu's ``tpu_dist`` backend
 model wrapping (``DistributedDataParallel`` without ``device_ids``),
 data sharding and collectives are device-generic, and each process uses
 its chip (``tpu:LOCAL_RANK`` when it has that many, else ``tpu:0``, as
-``tpu_dist`` chooses).
+``tpu_dist`` chooses). ``accelerate launch --num_processes N`` (N > 1, no
+other mode given) starts them through its torchrun launcher, as it does for
+several GPUs; accelerate alone would start one process, since it counts
+only the GPUs it knows.
 
 ``accelerate.utils.memory.clear_device_cache`` also empties the tpu cache
 when tpu is the device accelerate uses, and ``find_executable_batch_size``
@@ -79,6 +82,23 @@ def _patch_backend(state: ModuleType) -> None:
     cls.set_device = set_device
 
 
+def _patch_launch(launch: ModuleType) -> None:
+    original = launch._validate_launch_command
+    if getattr(original, "_torch_tpu", False):
+        return
+
+    def _validate_launch_command(args):
+        args, defaults, mp_from_config_flag = original(args)
+        chosen = any(getattr(args, name, False) for name in ("multi_gpu", "cpu", "use_cpu", "tpu", "use_deepspeed",
+                                                              "use_fsdp", "use_megatron_lm"))
+        if not chosen and (args.num_processes or 1) > 1 and torch.tpu.is_available():
+            args.multi_gpu = True  # accelerate's torchrun launcher; the processes pick tpu_dist
+        return args, defaults, mp_from_config_flag
+
+    _validate_launch_command._torch_tpu = True
+    launch._validate_launch_command = _validate_launch_command
+
+
 def _patch_memory(memory: ModuleType) -> None:
     original = memory.clear_device_cache
     if getattr(original, "_torch_tpu", False):
@@ -113,4 +133,5 @@ def _patch_memory(memory: ModuleType) -> None:
 def install() -> None:
     when_imported("accelerate.state", _patch_state)
     when_imported("accelerate.state", _patch_backend)
+    when_imported("accelerate.commands.launch", _patch_launch)
     when_imported("accelerate.utils.memory", _patch_memory)

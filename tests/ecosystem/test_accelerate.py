@@ -134,8 +134,13 @@ def test_find_executable_batch_size_halves_on_tpu_oom():
     assert run.stdout.split()[2] == "False"
 
 
-def test_torchrun_two_processes_train_as_one(tmp_path):
-    """torchrun with two processes: accelerate forms one group over tpu_dist,
+@pytest.mark.parametrize("launcher", [["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
+                                      ["-m", "accelerate.commands.accelerate_cli", "launch", "--num_processes=2"]],
+                         ids=["torchrun", "accelerate-launch"])
+def test_two_processes_train_as_one(tmp_path, launcher):
+    """torchrun or accelerate launch with two processes (accelerate launch
+    with no mode given: it would start one process if it counted only GPUs):
+    accelerate forms one group over tpu_dist,
     wraps the model in DDP on tpu and shards the data; the result is the
     same model trained in one process on the CPU with both ranks' batches
     together (batch 16 = two shards of 8, gradients averaged)."""
@@ -146,8 +151,7 @@ def test_torchrun_two_processes_train_as_one(tmp_path):
 
     worker = os.path.join(os.path.dirname(__file__), "_accelerate_ddp_worker.py")
     env = dict(os.environ, OUT=str(tmp_path), OMP_NUM_THREADS="1", TORCH_TPU_CHIPS="2")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          worker], capture_output=True, text=True, timeout=180, env=env)
+    run = subprocess.run([sys.executable, *launcher, worker], capture_output=True, text=True, timeout=180, env=env)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
 
