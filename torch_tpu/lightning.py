@@ -32,9 +32,12 @@ imported only then or by the user):
 and the Trainer's device summary (whose "TPU available" line is about
 XLA) gets a line for the tpu chip in use.
 
-One chip per process: ``devices="auto"`` means one chip, and more than one
-raises an error until torch-tpu has a distributed backend (DDP would need
-it). Fabric is not covered.
+One chip per Trainer: ``devices="auto"`` means one chip, and more than
+one raises an error (the Trainer's own launch of one process per chip is
+not supported yet). ``strategy="ddp"`` on that chip wraps the module in
+DistributedDataParallel over tpu_dist: DDPStrategy would hand DDP
+``device_ids`` and a ``torch.cuda.Stream`` for any device but the CPU, so
+for tpu it takes the CPU's path. Fabric is not covered.
 """
 import functools
 import importlib
@@ -120,7 +123,7 @@ def _build(package: str) -> type:
 
         @staticmethod
         def auto_device_count() -> int:
-            """One: a Trainer runs on one chip until torch-tpu has a distributed backend."""
+            """One: a Trainer runs on one chip (its own multi-chip launch is not supported yet)."""
             return 1
 
         @staticmethod
@@ -189,9 +192,9 @@ def _patch_connector(package: str, accelerator: type) -> None:
         if not isinstance(self.accelerator, accelerator):
             return choose_strategy(self)
         if self._num_nodes_flag > 1 or len(self._parallel_devices) > 1:
-            raise error(f"torch-tpu: Lightning runs on one tpu chip per process (devices=1, num_nodes=1) until "
-                        f"torch-tpu has a distributed backend; got devices {self._parallel_devices} on "
-                        f"{self._num_nodes_flag} node(s)")
+            raise error(f"torch-tpu: Lightning's Trainer runs on one tpu chip (devices=1, num_nodes=1); "
+                        f"launching several from the Trainer is not supported yet; got devices "
+                        f"{self._parallel_devices} on {self._num_nodes_flag} node(s)")
         return strategies.SingleDeviceStrategy(device=self._parallel_devices[0])
 
     def _check_and_init_precision(self: Any) -> Any:
@@ -204,6 +207,22 @@ def _patch_connector(package: str, accelerator: type) -> None:
     cls._choose_auto_accelerator = staticmethod(_wrap(choose_auto, _choose_auto_accelerator))
     cls._choose_strategy = _wrap(choose_strategy, _choose_strategy)
     cls._check_and_init_precision = _wrap(init_precision, _check_and_init_precision)
+
+
+def _patch_ddp(package: str) -> None:
+    """DDPStrategy gives DDP ``device_ids`` and a ``torch.cuda.Stream`` for
+    every device but the CPU; for tpu it takes the CPU's path (no
+    device_ids: DDP uses the module's own device), and its process group
+    backend is already PyTorch's default for tpu, tpu_dist."""
+    ddp = importlib.import_module(f"{package}.strategies").DDPStrategy
+    original = ddp.determine_ddp_device_ids
+    if getattr(original, "_torch_tpu", False):
+        return
+
+    def determine_ddp_device_ids(self: Any) -> Any:
+        return None if self.root_device.type == "tpu" else original(self)
+
+    ddp.determine_ddp_device_ids = _wrap(original, determine_ddp_device_ids)
 
 
 def _patch_device_log(package: str, accelerator: type) -> None:
@@ -231,6 +250,7 @@ def _install_into(package: str) -> Callable[[ModuleType], None]:
         accelerator.register_accelerators(importlib.import_module(f"{package}.accelerators").AcceleratorRegistry)
         _patch_connector(package, accelerator)
         _patch_device_log(package, accelerator)
+        _patch_ddp(package)
 
     return hook
 

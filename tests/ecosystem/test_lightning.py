@@ -91,6 +91,21 @@ def test_fit_and_validate_match_cpu(accelerator, cpu_run, native_only):
     assert results[0]["val_loss"] == pytest.approx(cpu_results[0]["val_loss"], rel=1e-5)
 
 
+def test_ddp_strategy_on_one_chip():
+    # strategy="ddp" wraps the module in DistributedDataParallel over
+    # tpu_dist (one process here); the training is that of the same
+    # strategy on the CPU (gloo).
+    _, cpu_module, cpu_results = fit(pl, "cpu", strategy="ddp")
+    torch.distributed.destroy_process_group()
+    trainer, module, results = fit(pl, "tpu", strategy="ddp")
+    assert type(trainer.strategy).__name__ == "DDPStrategy"
+    assert module.seen == {("tpu", torch.float32)}
+    assert "tpu:tpu_dist" in torch.distributed.get_backend_config()
+    torch.distributed.destroy_process_group()
+    torch.testing.assert_close(weights(module), weights(cpu_module), rtol=1e-5, atol=1e-6)
+    assert results[0]["val_loss"] == pytest.approx(cpu_results[0]["val_loss"], rel=1e-5)
+
+
 def test_bf16_mixed_autocasts_on_tpu(cpu_run, native_only):
     trainer, module, results = fit(pl, "torch_tpu", precision="bf16-mixed")
     assert trainer.precision_plugin.device == "tpu"
@@ -111,7 +126,7 @@ def test_devices():
     for bad in (0, torch.tpu.device_count() + 1, [0, 0], "x", None):
         with pytest.raises((ValueError, pl.utilities.exceptions.MisconfigurationException)):
             TPUAccelerator.parse_devices(bad)
-    with pytest.raises(pl.utilities.exceptions.MisconfigurationException, match="one tpu chip per process"):
+    with pytest.raises(pl.utilities.exceptions.MisconfigurationException, match="runs on one tpu chip"):
         pl.Trainer(accelerator="torch_tpu", devices=2, logger=False)
 
 
