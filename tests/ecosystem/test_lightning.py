@@ -5,6 +5,7 @@ errors; the standalone pytorch_lightning package too. The fits on tpu run
 with every CPU fallback turned into an error."""
 import importlib
 import importlib.util
+import os
 from typing import Any
 
 import pytest
@@ -91,7 +92,17 @@ def test_fit_and_validate_match_cpu(accelerator, cpu_run, native_only):
     assert results[0]["val_loss"] == pytest.approx(cpu_results[0]["val_loss"], rel=1e-5)
 
 
-def test_ddp_strategy_on_one_chip():
+@pytest.fixture
+def restored_environ():
+    """Lightning's DDP sets LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ... in
+    os.environ; later tests' subprocesses must not think they are ranks."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_ddp_strategy_on_one_chip(restored_environ):
     # strategy="ddp" wraps the module in DistributedDataParallel over
     # tpu_dist (one process here); the training is that of the same
     # strategy on the CPU (gloo).
