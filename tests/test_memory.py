@@ -1,9 +1,21 @@
 """The caching allocator as seen through torch.tpu and torch.accelerator."""
+import gc
+
 import pytest
 import torch
 
 import torch_tpu.tpu.memory as tpu_memory
 from conftest import run_python
+
+
+@pytest.fixture(autouse=True)
+def settled():
+    """These tests count the allocator's bytes and blocks exactly: earlier
+    tests' garbage (models in reference cycles) is collected first, so that
+    the collector does not free tensors, or run finalizers that allocate,
+    in the middle of a count."""
+    gc.collect()
+    torch.tpu.synchronize()
 
 
 def test_allocated_tracks_live_tensors():

@@ -5,7 +5,6 @@ errors; the standalone pytorch_lightning package too. The fits on tpu run
 with every CPU fallback turned into an error."""
 import importlib
 import importlib.util
-import os
 from typing import Any
 
 import pytest
@@ -92,29 +91,46 @@ def test_fit_and_validate_match_cpu(accelerator, cpu_run, native_only):
     assert results[0]["val_loss"] == pytest.approx(cpu_results[0]["val_loss"], rel=1e-5)
 
 
-@pytest.fixture
-def restored_environ():
-    """Lightning's DDP sets LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ... in
-    os.environ; later tests' subprocesses must not think they are ranks."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
-def test_ddp_strategy_on_one_chip(restored_environ):
+def test_ddp_strategy_on_one_chip():
     # strategy="ddp" wraps the module in DistributedDataParallel over
-    # tpu_dist (one process here); the training is that of the same
-    # strategy on the CPU (gloo).
-    _, cpu_module, cpu_results = fit(pl, "cpu", strategy="ddp")
+    # tpu_dist (one process); the training is that of the same strategy on
+    # the CPU (gloo). In a fresh interpreter: Lightning's DDP sets LOCAL_RANK,
+    # WORLD_SIZE, ... in os.environ and leaves its launcher behind.
+    code = """
+import torch, lightning.pytorch as pl
+
+class Regressor(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+        self.seen = set()
+    def training_step(self, batch, index):
+        self.seen.add(next(self.parameters()).device.type)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+def run(accelerator):
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(torch.randn(48, 6, generator=g), torch.randn(48, 1, generator=g))
+    module = Regressor()
+    trainer = pl.Trainer(accelerator=accelerator, devices=1, strategy="ddp", max_steps=6, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
+    config = torch.distributed.get_backend_config()
     torch.distributed.destroy_process_group()
-    trainer, module, results = fit(pl, "tpu", strategy="ddp")
-    assert type(trainer.strategy).__name__ == "DDPStrategy"
-    assert module.seen == {("tpu", torch.float32)}
-    assert "tpu:tpu_dist" in torch.distributed.get_backend_config()
-    torch.distributed.destroy_process_group()
-    torch.testing.assert_close(weights(module), weights(cpu_module), rtol=1e-5, atol=1e-6)
-    assert results[0]["val_loss"] == pytest.approx(cpu_results[0]["val_loss"], rel=1e-5)
+    return type(trainer.strategy).__name__, module.seen, config, torch.cat([p.detach().cpu().flatten() for p in module.parameters()])
+
+cpu, tpu = run("cpu"), run("tpu")
+assert tpu[:2] == ("DDPStrategy", {"tpu"}), tpu[:2]
+assert "tpu:tpu_dist" in tpu[2], tpu[2]
+torch.testing.assert_close(tpu[3], cpu[3], rtol=1e-5, atol=1e-6)
+print("OK")
+"""
+    result = run_python(code, timeout=180)
+    assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stderr[-3000:]
 
 
 def test_bf16_mixed_autocasts_on_tpu(cpu_run, native_only):
