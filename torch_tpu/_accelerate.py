@@ -34,100 +34,81 @@ from types import ModuleType
 
 import torch
 
-from torch_tpu._import_hooks import when_imported
+from torch_tpu._import_hooks import replace, when_imported
 
 
 def _patch_state(state: ModuleType) -> None:
-    cls = state.PartialState
-    original = cls.default_device.fget
-    if getattr(original, "_torch_tpu", False):
-        return
+    def make(original):
+        def default_device(self) -> torch.device:
+            device = original(self)
+            if device.type == "cpu" and torch.tpu.is_available():
+                return torch.device("tpu")
+            return device
+        return default_device
 
-    def default_device(self) -> torch.device:
-        device = original(self)
-        if device.type == "cpu" and torch.tpu.is_available():
-            return torch.device("tpu")
-        return device
-
-    default_device.__doc__ = (original.__doc__ or "") + "\n        (torch-tpu: tpu before the CPU.)\n"
-    default_device._torch_tpu = True
-    cls.default_device = property(default_device)
+    replace(state.PartialState, "default_device", make)
 
 
 def _patch_backend(state: ModuleType) -> None:
-    cls = state.PartialState
-    original_prepare = cls._prepare_backend
-    original_set_device = cls.set_device
-    if getattr(original_prepare, "_torch_tpu", False):
-        return
     distributed_type = state.DistributedType
 
-    def _prepare_backend(self, cpu: bool = False, sagemaker_dp=False, backend=None):
-        chosen, kind = original_prepare(self, cpu, sagemaker_dp, backend)
-        multi_process = int(os.environ.get("LOCAL_RANK", -1)) != -1
-        if kind == distributed_type.NO and multi_process and not cpu and torch.tpu.is_available():
-            return backend or "tpu_dist", distributed_type.MULTI_CPU
-        return chosen, kind
+    def make_prepare(original):
+        def _prepare_backend(self, cpu: bool = False, sagemaker_dp=False, backend=None):
+            chosen, kind = original(self, cpu, sagemaker_dp, backend)
+            multi_process = int(os.environ.get("LOCAL_RANK", -1)) != -1
+            if kind == distributed_type.NO and multi_process and not cpu and torch.tpu.is_available():
+                return backend or "tpu_dist", distributed_type.MULTI_CPU
+            return chosen, kind
+        return _prepare_backend
 
-    def set_device(self) -> None:
-        if self.device is None and self.backend == "tpu_dist" and not self._cpu:
-            self.device = torch.device("tpu", torch.tpu.current_device())  # tpu_dist chose it
-            return
-        original_set_device(self)
+    def make_set_device(original):
+        def set_device(self) -> None:
+            if self.device is None and self.backend == "tpu_dist" and not self._cpu:
+                self.device = torch.device("tpu", torch.tpu.current_device())  # tpu_dist chose it
+                return
+            original(self)
+        return set_device
 
-    _prepare_backend._torch_tpu = True
-    _prepare_backend.__doc__ = original_prepare.__doc__
-    set_device.__doc__ = original_set_device.__doc__
-    cls._prepare_backend = _prepare_backend
-    cls.set_device = set_device
+    replace(state.PartialState, "_prepare_backend", make_prepare)
+    replace(state.PartialState, "set_device", make_set_device)
 
 
 def _patch_launch(launch: ModuleType) -> None:
-    original = launch._validate_launch_command
-    if getattr(original, "_torch_tpu", False):
-        return
+    def make(original):
+        def _validate_launch_command(args):
+            args, defaults, mp_from_config_flag = original(args)
+            chosen = any(getattr(args, name, False) for name in ("multi_gpu", "cpu", "use_cpu", "tpu",
+                                                                  "use_deepspeed", "use_fsdp", "use_megatron_lm"))
+            if not chosen and (args.num_processes or 1) > 1 and torch.tpu.is_available():
+                args.multi_gpu = True  # accelerate's torchrun launcher; the processes pick tpu_dist
+            return args, defaults, mp_from_config_flag
+        return _validate_launch_command
 
-    def _validate_launch_command(args):
-        args, defaults, mp_from_config_flag = original(args)
-        chosen = any(getattr(args, name, False) for name in ("multi_gpu", "cpu", "use_cpu", "tpu", "use_deepspeed",
-                                                              "use_fsdp", "use_megatron_lm"))
-        if not chosen and (args.num_processes or 1) > 1 and torch.tpu.is_available():
-            args.multi_gpu = True  # accelerate's torchrun launcher; the processes pick tpu_dist
-        return args, defaults, mp_from_config_flag
-
-    _validate_launch_command._torch_tpu = True
-    launch._validate_launch_command = _validate_launch_command
+    replace(launch, "_validate_launch_command", make)
 
 
 def _patch_memory(memory: ModuleType) -> None:
-    original = memory.clear_device_cache
-    if getattr(original, "_torch_tpu", False):
-        return
-
-    def clear_device_cache(garbage_collection: bool = False) -> None:
-        original(garbage_collection)
-        if torch.tpu.is_available():
-            torch.tpu.empty_cache()
-
-    clear_device_cache.__doc__ = original.__doc__
-    clear_device_cache._torch_tpu = True
-    memory.clear_device_cache = clear_device_cache
+    def make_clear(original):
+        def clear_device_cache(garbage_collection: bool = False) -> None:
+            original(garbage_collection)
+            if torch.tpu.is_available():
+                torch.tpu.empty_cache()
+        return clear_device_cache
 
     # find_executable_batch_size (and so Trainer's auto_find_batch_size)
     # halves the batch on errors whose text it knows (" out of memory." for
     # CUDA); tpu's OutOfMemoryError reads "tpu:N out of memory: ...".
-    reduce = memory.should_reduce_batch_size
+    def make_reduce(original):
+        def should_reduce_batch_size(exception: Exception) -> bool:
+            if original(exception):
+                return True
+            return (isinstance(exception, torch.OutOfMemoryError) and len(exception.args) == 1
+                    and isinstance(exception.args[0], str) and exception.args[0].startswith("tpu:")
+                    and " out of memory" in exception.args[0])
+        return should_reduce_batch_size
 
-    def should_reduce_batch_size(exception: Exception) -> bool:
-        if reduce(exception):
-            return True
-        return (isinstance(exception, torch.OutOfMemoryError) and len(exception.args) == 1
-                and isinstance(exception.args[0], str) and exception.args[0].startswith("tpu:")
-                and " out of memory" in exception.args[0])
-
-    should_reduce_batch_size.__doc__ = reduce.__doc__
-    should_reduce_batch_size._torch_tpu = True
-    memory.should_reduce_batch_size = should_reduce_batch_size
+    replace(memory, "clear_device_cache", make_clear)
+    replace(memory, "should_reduce_batch_size", make_reduce)
 
 
 def install() -> None:

@@ -8,14 +8,19 @@ its first import finishes (a finder on ``sys.meta_path`` wraps the loader
 of just that module). An exception in ``fn`` becomes a warning: an
 integration that no longer fits a new release of a library must not break
 the import of that library.
+
+``replace(owner, name, make)`` is how the integrations change a library:
+``owner.name`` becomes ``make(original)``, once.
 """
+import functools
 import importlib.abc
 import importlib.machinery
+import inspect
 import sys
 import threading
 import warnings
 from types import ModuleType
-from typing import Callable
+from typing import Any, Callable
 
 _Hook = Callable[[ModuleType], None]
 _pending: dict[str, list[_Hook]] = {}
@@ -125,3 +130,24 @@ def when_imported(name: str, hook: _Hook) -> None:
         _pending.setdefault(name, []).append(hook)
         if _finder not in sys.meta_path:
             sys.meta_path.insert(0, _finder)
+
+
+_MARK = "_torch_tpu"
+
+
+def replace(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Sets ``owner.name`` to ``make(original)``, with the original's name and
+    docstring, unless it is already a replacement (a hook that runs twice, a
+    library imported under two names, keeps one layer). A property is
+    replaced through its getter, a staticmethod stays one."""
+    static = inspect.getattr_static(owner, name)
+    original = static.fget if isinstance(static, property) else getattr(owner, name)
+    if getattr(original, _MARK, False):
+        return
+    replacement = functools.wraps(original)(make(original))
+    setattr(replacement, _MARK, True)
+    if isinstance(static, property):
+        replacement = property(replacement)
+    elif isinstance(static, staticmethod):
+        replacement = staticmethod(replacement)
+    setattr(owner, name, replacement)

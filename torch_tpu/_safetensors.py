@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from torch_tpu._import_hooks import when_imported
+from torch_tpu._import_hooks import replace, when_imported
 from torch_tpu.tpu._utils import _get_device_index
 
 
@@ -41,22 +41,14 @@ def _tpu_index(device: Any) -> Any:
     return device
 
 
-def _wrap(original: Any) -> Any:
-    if getattr(original, "_torch_tpu", False):
-        return original
-
-    def safe_open(filename: Any, framework: str, device: Any = "cpu", *args: Any, **kwargs: Any) -> Any:
-        return original(filename, framework, _tpu_index(device), *args, **kwargs)
-
-    safe_open.__doc__ = original.__doc__
-    safe_open._torch_tpu = True
-    safe_open._original = original
-    return safe_open
-
-
 def _patch(module: ModuleType) -> None:
+    def make(original: Any) -> Any:
+        def safe_open(filename: Any, framework: str, device: Any = "cpu", *args: Any, **kwargs: Any) -> Any:
+            return original(filename, framework, _tpu_index(device), *args, **kwargs)
+        return safe_open
+
     if hasattr(module, "safe_open"):
-        module.safe_open = _wrap(module.safe_open)
+        replace(module, "safe_open", make)
 
 
 def install() -> None:

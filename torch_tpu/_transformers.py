@@ -16,14 +16,13 @@ new release's other RNG entries are kept. A checkpoint without the entry
 (written by a plain transformers) still loads: the tpu generator is then
 left as it is, which is transformers' own behaviour for a missing device.
 """
-import functools
 import os
 from types import ModuleType
 from typing import Any, Callable, Optional
 
 import torch
 
-from torch_tpu._import_hooks import when_imported
+from torch_tpu._import_hooks import replace, when_imported
 
 _KEY = "tpu"
 
@@ -46,7 +45,6 @@ def _load(path: str, trainer_module: ModuleType) -> dict:
 
 
 def _wrap_save(original: Callable, trainer_module: ModuleType) -> Callable:
-    @functools.wraps(original)
     def _save_rng_state(self: Any, output_dir: str) -> None:
         original(self, output_dir)
         path = _rng_file(self, output_dir)
@@ -59,12 +57,10 @@ def _wrap_save(original: Callable, trainer_module: ModuleType) -> Callable:
             states[_KEY] = torch.tpu.get_rng_state()
         torch.save(states, path)
 
-    _save_rng_state._torch_tpu = True
     return _save_rng_state
 
 
 def _wrap_load(original: Callable, trainer_module: ModuleType) -> Callable:
-    @functools.wraps(original)
     def _load_rng_state(self: Any, checkpoint: Optional[str]) -> None:
         original(self, checkpoint)
         if checkpoint is None or not torch.tpu.is_available():
@@ -78,16 +74,12 @@ def _wrap_load(original: Callable, trainer_module: ModuleType) -> Callable:
             trainer_module.set_rng_state_for_device("TPU", torch.tpu, states,
                                                     _is_distributed(self, trainer_module))
 
-    _load_rng_state._torch_tpu = True
     return _load_rng_state
 
 
 def _patch_trainer(trainer_module: ModuleType) -> None:
-    cls = trainer_module.Trainer
-    if getattr(cls._save_rng_state, "_torch_tpu", False):
-        return
-    cls._save_rng_state = _wrap_save(cls._save_rng_state, trainer_module)
-    cls._load_rng_state = _wrap_load(cls._load_rng_state, trainer_module)
+    replace(trainer_module.Trainer, "_save_rng_state", lambda original: _wrap_save(original, trainer_module))
+    replace(trainer_module.Trainer, "_load_rng_state", lambda original: _wrap_load(original, trainer_module))
 
 
 def install() -> None:

@@ -39,7 +39,6 @@ DistributedDataParallel over tpu_dist: DDPStrategy would hand DDP
 ``device_ids`` and a ``torch.cuda.Stream`` for any device but the CPU, so
 for tpu it takes the CPU's path. Fabric is not covered.
 """
-import functools
 import importlib
 import importlib.util
 from types import ModuleType
@@ -47,7 +46,7 @@ from typing import Any, Callable, Union
 
 import torch
 
-from torch_tpu._import_hooks import when_imported
+from torch_tpu._import_hooks import replace, when_imported
 
 NAME = "torch_tpu"
 _ALIAS = "tpu"
@@ -167,46 +166,42 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _wrap(original: Callable, replacement: Callable) -> Callable:
-    replacement = functools.wraps(original)(replacement)
-    replacement._torch_tpu = True
-    return replacement
-
-
 def _patch_connector(package: str, accelerator: type) -> None:
     connectors = importlib.import_module(f"{package}.trainer.connectors.accelerator_connector")
     strategies = importlib.import_module(f"{package}.strategies")
     precision = importlib.import_module(f"{package}.plugins.precision")
     error = importlib.import_module(f"{package}.utilities.exceptions").MisconfigurationException
     cls = connectors._AcceleratorConnector
-    if getattr(cls._choose_strategy, "_torch_tpu", False):
-        return
-    choose_auto, choose_strategy, init_precision = (
-        cls._choose_auto_accelerator, cls._choose_strategy, cls._check_and_init_precision)
 
-    def _choose_auto_accelerator() -> str:
-        choice = choose_auto()
-        return NAME if choice == "cpu" and accelerator.is_available() else choice
+    def make_auto(choose_auto: Callable) -> Callable:
+        def _choose_auto_accelerator() -> str:
+            choice = choose_auto()
+            return NAME if choice == "cpu" and accelerator.is_available() else choice
+        return _choose_auto_accelerator
 
-    def _choose_strategy(self: Any) -> Any:
-        if not isinstance(self.accelerator, accelerator):
-            return choose_strategy(self)
-        if self._num_nodes_flag > 1 or len(self._parallel_devices) > 1:
-            raise error(f"torch-tpu: Lightning's Trainer runs on one tpu chip (devices=1, num_nodes=1); "
-                        f"launching several from the Trainer is not supported yet; got devices "
-                        f"{self._parallel_devices} on {self._num_nodes_flag} node(s)")
-        return strategies.SingleDeviceStrategy(device=self._parallel_devices[0])
+    def make_strategy(choose_strategy: Callable) -> Callable:
+        def _choose_strategy(self: Any) -> Any:
+            if not isinstance(self.accelerator, accelerator):
+                return choose_strategy(self)
+            if self._num_nodes_flag > 1 or len(self._parallel_devices) > 1:
+                raise error(f"torch-tpu: Lightning's Trainer runs on one tpu chip (devices=1, num_nodes=1); "
+                            f"launching several from the Trainer is not supported yet; got devices "
+                            f"{self._parallel_devices} on {self._num_nodes_flag} node(s)")
+            return strategies.SingleDeviceStrategy(device=self._parallel_devices[0])
+        return _choose_strategy
 
-    def _check_and_init_precision(self: Any) -> Any:
-        if (isinstance(self.accelerator, accelerator) and self._precision_plugin_flag is None
-                and self._precision_flag in ("16-mixed", "bf16-mixed")):
-            self._validate_precision_choice()
-            return precision.MixedPrecision(self._precision_flag, device="tpu")
-        return init_precision(self)
+    def make_precision(init_precision: Callable) -> Callable:
+        def _check_and_init_precision(self: Any) -> Any:
+            if (isinstance(self.accelerator, accelerator) and self._precision_plugin_flag is None
+                    and self._precision_flag in ("16-mixed", "bf16-mixed")):
+                self._validate_precision_choice()
+                return precision.MixedPrecision(self._precision_flag, device="tpu")
+            return init_precision(self)
+        return _check_and_init_precision
 
-    cls._choose_auto_accelerator = staticmethod(_wrap(choose_auto, _choose_auto_accelerator))
-    cls._choose_strategy = _wrap(choose_strategy, _choose_strategy)
-    cls._check_and_init_precision = _wrap(init_precision, _check_and_init_precision)
+    replace(cls, "_choose_auto_accelerator", make_auto)
+    replace(cls, "_choose_strategy", make_strategy)
+    replace(cls, "_check_and_init_precision", make_precision)
 
 
 def _patch_ddp(package: str) -> None:
@@ -214,34 +209,30 @@ def _patch_ddp(package: str) -> None:
     every device but the CPU; for tpu it takes the CPU's path (no
     device_ids: DDP uses the module's own device), and its process group
     backend is already PyTorch's default for tpu, tpu_dist."""
-    ddp = importlib.import_module(f"{package}.strategies").DDPStrategy
-    original = ddp.determine_ddp_device_ids
-    if getattr(original, "_torch_tpu", False):
-        return
+    def make(original: Callable) -> Callable:
+        def determine_ddp_device_ids(self: Any) -> Any:
+            return None if self.root_device.type == "tpu" else original(self)
+        return determine_ddp_device_ids
 
-    def determine_ddp_device_ids(self: Any) -> Any:
-        return None if self.root_device.type == "tpu" else original(self)
-
-    ddp.determine_ddp_device_ids = _wrap(original, determine_ddp_device_ids)
+    replace(importlib.import_module(f"{package}.strategies").DDPStrategy, "determine_ddp_device_ids", make)
 
 
 def _patch_device_log(package: str, accelerator: type) -> None:
     setup = importlib.import_module(f"{package}.trainer.setup")
     rank_zero_info = importlib.import_module(f"{package}.utilities.rank_zero").rank_zero_info
-    original = setup._log_device_info
-    if getattr(original, "_torch_tpu", False):
-        return
 
-    def _log_device_info(trainer: Any) -> None:
-        original(trainer)
-        # A strategy given by the user may have its own device (the registry's
-        # "single_device" is on the CPU): setup_device refuses it at fit time.
-        if isinstance(trainer.accelerator, accelerator) and trainer.strategy.root_device.type == "tpu":
-            name = torch.tpu.get_device_name(trainer.strategy.root_device)
-            rank_zero_info(f"torch-tpu: using {trainer.num_devices} of {torch.tpu.device_count()} tpu chip(s) "
-                           f"({name}), accelerator {NAME!r}")
+    def make(original: Callable) -> Callable:
+        def _log_device_info(trainer: Any) -> None:
+            original(trainer)
+            # A strategy given by the user may have its own device (the registry's
+            # "single_device" is on the CPU): setup_device refuses it at fit time.
+            if isinstance(trainer.accelerator, accelerator) and trainer.strategy.root_device.type == "tpu":
+                name = torch.tpu.get_device_name(trainer.strategy.root_device)
+                rank_zero_info(f"torch-tpu: using {trainer.num_devices} of {torch.tpu.device_count()} tpu "
+                               f"chip(s) ({name}), accelerator {NAME!r}")
+        return _log_device_info
 
-    setup._log_device_info = _wrap(original, _log_device_info)
+    replace(setup, "_log_device_info", make)
 
 
 def _install_into(package: str) -> Callable[[ModuleType], None]:
