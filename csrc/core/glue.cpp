@@ -27,6 +27,8 @@ namespace torch_tpu {
       TORCH_CHECK_TYPE(false, msg);
     case TPU_ERR_INDEX:
       TORCH_CHECK_INDEX(false, msg);
+    case TPU_ERR_EXTERNAL:  // a collective a stream waited for (torch.distributed.DistBackendError)
+      TORCH_CHECK_WITH(DistBackendError, false, msg);
     default:
       TORCH_CHECK(false, msg);
   }

@@ -8,6 +8,7 @@
 #include "core/generator.h"
 #include "core/glue.h"
 #include "python/memory.h"
+#include "python/signal.h"
 
 extern "C" {
 #include "tpu/probe.h"
@@ -125,6 +126,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_fallback_error", &set_fallback_error);
   m.def("_get_fallback_error", &fallback_error);
   init_memory_bindings(m);
+  init_signal_bindings(m);
   m.def("_default_generator", [](int64_t index) {
     const at::Generator& gen = default_generator(chip_arg(index, "default_generators"));
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));

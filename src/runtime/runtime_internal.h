@@ -10,6 +10,7 @@
  *   record.c       the compact form of a record in a ring
  *   wait.c         the hooks around blocking waits of host threads
  *   event.c        events
+ *   signal.c       host signals (tpu/signal.h)
  *   mode.c         the execution mode
  *   pool.c         the intra-op thread pool
  *   host_mem.c     pinned host memory (tpu/host_mem.h)
@@ -143,6 +144,24 @@ void tpu_event_stamp(tpu_event *event, uint64_t gen);
 
 /* Drops one reference; the last one destroys the event. */
 void tpu_event_unref(tpu_event *event);
+
+/* -------------------------------------------------------------- signal.c */
+
+struct tpu_signal;
+
+/* One more reference (a queued wait's), and dropping one; the last one
+ * destroys the signal. */
+void tpu_signal_ref(struct tpu_signal *signal);
+void tpu_signal_unref(struct tpu_signal *signal);
+
+/* The CLOCK_MONOTONIC time, in ns, `timeout_ms` from now; 0 (no deadline)
+ * for a negative timeout. */
+int64_t tpu_signal_deadline_ns(int64_t timeout_ms);
+
+/* Blocks until the signal is set or the deadline (0: none) passes; the
+ * wait hooks bracket it on a host thread. TPU_OK, or the failure with the
+ * thread's message naming the signal. */
+tpu_status tpu_signal_wait(struct tpu_signal *signal, int64_t deadline_ns, bool host_thread);
 
 /* ---------------------------------------------------------------- wait.c */
 

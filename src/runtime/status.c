@@ -21,6 +21,7 @@ static const char *const k_status_names[] = {
     [TPU_ERR_OUT_OF_BOUNDS] = "TPU_ERR_OUT_OF_BOUNDS",
     [TPU_ERR_INDEX] = "TPU_ERR_INDEX",
     [TPU_ERR_INTERNAL] = "TPU_ERR_INTERNAL",
+    [TPU_ERR_EXTERNAL] = "TPU_ERR_EXTERNAL",
 };
 _Static_assert(sizeof k_status_names / sizeof k_status_names[0] == TPU_STATUS_COUNT,
                "every tpu_status needs a name");

@@ -37,12 +37,14 @@
 
 #include "runtime_internal.h"
 #include "target.h"
+#include "tpu/signal.h"
 
 typedef enum {
     ENTRY_OP,
     ENTRY_HOST_FN,
     ENTRY_EVENT_RECORD,
     ENTRY_EVENT_WAIT,
+    ENTRY_SIGNAL_WAIT,
     ENTRY_FREE, /* fused mode: the host freed a block here (nothing to run) */
     ENTRY_PAD,  /* only in the ring: the unused end of the buffer */
 } entry_kind;
@@ -61,6 +63,10 @@ typedef union {
             tpu_stream *stream; /* run once this stream has run record seq */
             uint64_t seq;
         } wait;
+        struct {
+            struct tpu_signal *signal; /* holds a reference */
+            int64_t deadline_ns;       /* CLOCK_MONOTONIC; 0: none */
+        } signal;
         struct {
             const void *ptr;
             uint64_t nbytes;
@@ -274,6 +280,10 @@ tpu_status tpu_stream_take_error(tpu_stream *s, uint64_t upto_seq) {
 
 /* --------------------------------------------------------------- running */
 
+/* Set on stream workers: what they free queues no marker (a full ring
+ * would make a worker wait for itself), and their waits need no hooks. */
+static _Thread_local bool t_is_worker;
+
 /* Runs one record on the calling thread (the worker, or the submitter in
  * debug mode). On error the thread's message says why. */
 static tpu_status entry_run(tpu_stream *s, entry *e) {
@@ -290,6 +300,11 @@ static tpu_status entry_run(tpu_stream *s, entry *e) {
     case ENTRY_EVENT_WAIT:
         tpu_stream_wait_seq(e->u.a.wait.stream, e->u.a.wait.seq);
         return TPU_OK;
+    case ENTRY_SIGNAL_WAIT: {
+        tpu_status st = tpu_signal_wait(e->u.a.signal.signal, e->u.a.signal.deadline_ns, !t_is_worker);
+        tpu_signal_unref(e->u.a.signal.signal);
+        return st;
+    }
     case ENTRY_FREE: /* only the planner reads it */
         return TPU_OK;
     case ENTRY_PAD:
@@ -462,6 +477,13 @@ static void note_error(const tpu_stream *s, run_error *err, const tpu_op *op, ui
     format_op_error(err->msg, sizeof err->msg, s, op, seq, st, tpu_last_error_message(), true);
 }
 
+/* A failed wait for a host signal: its message names the awaited work. */
+static void note_wait_error(run_error *err, uint64_t seq, tpu_status st) {
+    err->st = st;
+    err->seq = seq;
+    snprintf(err->msg, sizeof err->msg, "%s", tpu_last_error_message());
+}
+
 /* Keeps err on the stream unless it already keeps an earlier error (the
  * first one only is reported). Under lock. */
 static void keep_error_locked(tpu_stream *s, const run_error *err) {
@@ -594,10 +616,6 @@ static void run_held_locked(tpu_stream *s) {
         pthread_cond_broadcast(&s->space_cv);
 }
 
-/* Set on stream workers: what they free queues no marker (a full ring
- * would make a worker wait for itself). */
-static _Thread_local bool t_is_worker;
-
 static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
     t_is_worker = true;
@@ -638,6 +656,8 @@ static void *stream_worker(void *arg) {
         err.st = TPU_OK;
         if (st != TPU_OK && e.kind == ENTRY_OP)
             note_error(s, &err, &e.u.op, e.seq, st);
+        else if (st != TPU_OK)
+            note_wait_error(&err, e.seq, st);
         pthread_mutex_lock(&s->lock);
         keep_error_locked(s, &err);
         complete_locked(s, e.seq);
@@ -965,6 +985,23 @@ tpu_status tpu_stream_enqueue_event_record(tpu_stream *s, tpu_event *event, uint
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *s, tpu_stream *other, uint64_t seq) {
     entry_args a = {.wait = {other, seq}};
     enqueue(s, ENTRY_EVENT_WAIT, NULL, &a, false, NULL);
+    return TPU_OK;
+}
+
+tpu_status tpu_stream_wait_signal(tpu_stream *s, tpu_signal *signal, int64_t timeout_ms) {
+    tpu_status st = tpu_rt_enter();
+    if (st != TPU_OK)
+        return st;
+    if (!s || !signal)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_stream_wait_signal: %s is NULL",
+                             s ? "signal" : "stream");
+    /* The queued entry owns one reference until it has run. */
+    tpu_signal_ref(signal);
+    entry e = {.kind = ENTRY_SIGNAL_WAIT,
+               .u.a.signal = {signal, tpu_signal_deadline_ns(timeout_ms)}};
+    if (tpu_mode_get() == TPU_MODE_DEBUG)
+        return run_inline(s, &e);
+    enqueue(s, ENTRY_SIGNAL_WAIT, NULL, &e.u.a, false, NULL);
     return TPU_OK;
 }
 

@@ -67,10 +67,21 @@ def reduce_def(xs: List[torch.Tensor], op, dtype: torch.dtype) -> torch.Tensor:
 
 
 class Checker:
-    def __init__(self, rank: int, world: int, device: str = "tpu") -> None:
+    def __init__(self, rank: int, world: int, device: str = "tpu", async_op: bool = False) -> None:
         self.rank, self.world, self.device = rank, world, device
+        self.async_op = async_op
         self.failures: List[str] = []
         self.count = 0
+
+    def call(self, collective: Callable, *args, **kwargs) -> None:
+        """Runs a collective; asynchronously, the Work is waited for as
+        with NCCL (the current stream waits; the results are read later)."""
+        self.wait(collective(*args, async_op=self.async_op, **kwargs))
+
+    def wait(self, work) -> None:
+        if self.async_op:
+            assert work is not None, "async_op=True returned no Work"
+            work.wait()
 
     def expect(self, what: str, got: torch.Tensor, want: torch.Tensor) -> None:
         self.count += 1
@@ -97,16 +108,17 @@ class Checker:
         tag = f"ar/{layout}"
         xs = [make(tag, r, (3, 5), dtype, op, "cpu", layout) for r in range(self.world)]
         t = self.make(tag, self.rank, (3, 5), dtype, op, layout)
-        dist.all_reduce(t, op=op)
+        self.call(dist.all_reduce, t, op=op)
         self.expect(f"all_reduce {op} {dtype} {layout}", t, reduce_def(xs, op, dtype))
 
     def all_reduce_coalesced(self, dtype) -> None:
         shapes = [(4,), (2, 3), ()]
         for op in (R.SUM, R.MAX):
             ts = [self.make(f"arc{i}", self.rank, s, dtype, op) for i, s in enumerate(shapes)]
-            with dist._coalescing_manager():
+            with dist._coalescing_manager(async_ops=self.async_op) as cm:
                 for t in ts:
                     dist.all_reduce(t, op=op)
+            self.wait(cm)
             for i, (s, t) in enumerate(zip(shapes, ts)):
                 want = reduce_def([make(f"arc{i}", r, s, dtype, op, "cpu") for r in range(self.world)], op, dtype)
                 self.expect(f"coalesced all_reduce {op} {dtype} [{i}]", t, want)
@@ -114,14 +126,14 @@ class Checker:
     def broadcast(self, dtype, layout) -> None:
         src = self.world - 1
         t = self.make("bc", self.rank, (4, 3), dtype, layout=layout)
-        dist.broadcast(t, src=src)
+        self.call(dist.broadcast, t, src=src)
         self.expect(f"broadcast {dtype} {layout}", t, make("bc", src, (4, 3), dtype, device="cpu", layout=layout))
 
     def reduce(self, dtype) -> None:
         dst = 1 % self.world
         for op in (R.SUM, R.MAX, R.AVG) if dtype != torch.bool else (R.SUM, R.MIN):
             t = self.make("rd", self.rank, (7,), dtype, op)
-            dist.reduce(t, dst=dst, op=op)
+            self.call(dist.reduce, t, dst=dst, op=op)
             xs = [make("rd", r, (7,), dtype, op, "cpu") for r in range(self.world)]
             want = reduce_def(xs, op, dtype) if self.rank == dst else xs[self.rank]
             self.expect(f"reduce {op} {dtype} (rank {self.rank}, dst {dst})", t, want)
@@ -130,29 +142,30 @@ class Checker:
         t = self.make("ag", self.rank, (2, 3), dtype, layout=layout)
         outs = [torch.empty_like(t) if layout == "contiguous" else torch.empty(3, 2, dtype=dtype, device=self.device).t()
                 for _ in range(self.world)]
-        dist.all_gather(outs, t)
+        self.call(dist.all_gather, outs, t)
         for r, o in enumerate(outs):
             self.expect(f"all_gather {dtype} {layout} [{r}]", o, make("ag", r, (2, 3), dtype, device="cpu", layout=layout))
 
     def all_gather_uneven(self, dtype) -> None:
         t = self.make("agu", self.rank, (self.rank + 1,), dtype)
         outs = [torch.empty(r + 1, dtype=dtype, device=self.device) for r in range(self.world)]
-        dist.all_gather(outs, t)
+        self.call(dist.all_gather, outs, t)
         for r, o in enumerate(outs):
             self.expect(f"all_gather uneven {dtype} [{r}]", o, make("agu", r, (r + 1,), dtype, device="cpu"))
 
     def all_gather_into_tensor(self, dtype) -> None:
         t = self.make("agt", self.rank, (2, 3), dtype)
         out = torch.empty(self.world * 2, 3, dtype=dtype, device=self.device)
-        dist.all_gather_into_tensor(out, t)
+        self.call(dist.all_gather_into_tensor, out, t)
         want = torch.cat([make("agt", r, (2, 3), dtype, device="cpu") for r in range(self.world)])
         self.expect(f"all_gather_into_tensor {dtype}", out, want)
         # Coalesced (FSDP's pattern): several in one coalescing block.
         ins = [self.make(f"agc{i}", self.rank, (i + 1,), dtype) for i in range(2)]
         outs = [torch.empty(self.world * (i + 1), dtype=dtype, device=self.device) for i in range(2)]
-        with dist._coalescing_manager():
+        with dist._coalescing_manager(async_ops=self.async_op) as cm:
             for o, i in zip(outs, ins):
                 dist.all_gather_into_tensor(o, i)
+        self.wait(cm)
         for i, o in enumerate(outs):
             want = torch.cat([make(f"agc{i}", r, (i + 1,), dtype, device="cpu") for r in range(self.world)])
             self.expect(f"coalesced all_gather_into_tensor {dtype} [{i}]", o, want)
@@ -160,7 +173,7 @@ class Checker:
     def all_gather_coalesced(self, dtype) -> None:
         ins = [self.make(f"agl{i}", self.rank, (i + 2,), dtype) for i in range(2)]
         outs = [[torch.empty(i + 2, dtype=dtype, device=self.device) for _ in range(self.world)] for i in range(2)]
-        dist.all_gather_coalesced(outs, ins)
+        self.call(dist.all_gather_coalesced, outs, ins)
         for i, lst in enumerate(outs):
             for r, o in enumerate(lst):
                 self.expect(f"all_gather_coalesced {dtype} [{i}][{r}]", o, make(f"agl{i}", r, (i + 2,), dtype, device="cpu"))
@@ -172,7 +185,7 @@ class Checker:
         tag = f"rs/{uneven}"
         ins = [self.make(f"{tag}/{j}", self.rank, (sizes[j],), dtype, op) for j in range(self.world)]
         out = torch.empty(sizes[self.rank], dtype=dtype, device=self.device)
-        dist.reduce_scatter(out, ins, op=op)
+        self.call(dist.reduce_scatter, out, ins, op=op)
         want = reduce_def([make(f"{tag}/{self.rank}", r, (sizes[self.rank],), dtype, op, "cpu")
                            for r in range(self.world)], op, dtype)
         self.expect(f"reduce_scatter {op} {dtype} uneven={uneven}", out, want)
@@ -182,16 +195,17 @@ class Checker:
             return
         t = self.make("rst", self.rank, (self.world * 2, 3), dtype, op)
         out = torch.empty(2, 3, dtype=dtype, device=self.device)
-        dist.reduce_scatter_tensor(out, t, op=op)
+        self.call(dist.reduce_scatter_tensor, out, t, op=op)
         full = reduce_def([make("rst", r, (self.world * 2, 3), dtype, op, "cpu") for r in range(self.world)], op, dtype)
         self.expect(f"reduce_scatter_tensor {op} {dtype}", out, full[2 * self.rank : 2 * self.rank + 2])
 
     def reduce_scatter_coalesced(self, dtype) -> None:
         ins = [self.make(f"rsc{i}", self.rank, (self.world * (i + 1),), dtype) for i in range(2)]
         outs = [torch.empty(i + 1, dtype=dtype, device=self.device) for i in range(2)]
-        with dist._coalescing_manager():
+        with dist._coalescing_manager(async_ops=self.async_op) as cm:
             for o, t in zip(outs, ins):
                 dist.reduce_scatter_tensor(o, t)
+        self.wait(cm)
         for i, o in enumerate(outs):
             n = i + 1
             full = reduce_def([make(f"rsc{i}", r, (self.world * n,), dtype, None, "cpu") for r in range(self.world)],
@@ -202,7 +216,7 @@ class Checker:
         # Rank r sends r + j + 1 elements to rank j.
         ins = [self.make(f"a2a/{self.rank}->{j}", 0, (self.rank + j + 1,), dtype) for j in range(self.world)]
         outs = [torch.empty(j + self.rank + 1, dtype=dtype, device=self.device) for j in range(self.world)]
-        dist.all_to_all(outs, ins)
+        self.call(dist.all_to_all, outs, ins)
         for j, o in enumerate(outs):
             self.expect(f"all_to_all {dtype} from {j}", o, make(f"a2a/{j}->{self.rank}", 0, (j + self.rank + 1,), dtype,
                                                                 device="cpu"))
@@ -215,7 +229,7 @@ class Checker:
             in_splits = out_splits = [2] * self.world
         t = self.make(f"a2as/{splits}", self.rank, (sum(in_splits), 3), dtype)
         out = torch.empty(sum(out_splits), 3, dtype=dtype, device=self.device)
-        dist.all_to_all_single(out, t, out_splits if splits else None, in_splits if splits else None)
+        self.call(dist.all_to_all_single, out, t, out_splits if splits else None, in_splits if splits else None)
         parts = []
         for j in range(self.world):
             src_splits = [j + k + 1 for k in range(self.world)] if splits else [2] * self.world
@@ -228,13 +242,13 @@ class Checker:
         root = 0
         t = self.make("ga", self.rank, (5,), dtype)
         outs = [torch.empty(5, dtype=dtype, device=self.device) for _ in range(self.world)] if self.rank == root else None
-        dist.gather(t, outs, dst=root)
+        self.call(dist.gather, t, outs, dst=root)
         if self.rank == root:
             for r, o in enumerate(outs):
                 self.expect(f"gather {dtype} [{r}]", o, make("ga", r, (5,), dtype, device="cpu"))
         ins = [self.make("sc", j, (4,), dtype) for j in range(self.world)] if self.rank == root else None
         out = torch.empty(4, dtype=dtype, device=self.device)
-        dist.scatter(out, ins, src=root)
+        self.call(dist.scatter, out, ins, src=root)
         self.expect(f"scatter {dtype}", out, make("sc", self.rank, (4,), dtype, device="cpu"))
 
     def send_recv(self, dtype) -> None:
@@ -264,8 +278,8 @@ class Checker:
                 self.expect(f"send/recv {dtype} b", rb, make("sr/b", peer, (1,), dtype, device="cpu"))
 
 
-def run_all(rank: int, world: int, device: str = "tpu", dtypes=None) -> dict:
-    c = Checker(rank, world, device)
+def run_all(rank: int, world: int, device: str = "tpu", dtypes=None, async_op: bool = False) -> dict:
+    c = Checker(rank, world, device, async_op)
     for dtype in dtypes or DTYPES:
         for op in REDUCE_OPS:
             c.guard(f"all_reduce {op} {dtype}", lambda: c.all_reduce(dtype, op, "contiguous"))

@@ -99,15 +99,16 @@ def errors(rank: int, world: int) -> dict:
 
 def handles(rank: int, world: int) -> dict:
     out = {}
-    # wait(): blocks until done; the result is in the tensor.
+    # wait(): the stream waits (as with NCCL); once the result has been
+    # read on the host, the Work is complete.
     t = torch.full((1000,), float(rank + 1), device="tpu")
     w = dist.all_reduce(t, async_op=True)
     out["wait"] = w.wait()
+    total = float(sum(range(1, world + 1)))
+    out["wait_value"] = t[:3].cpu().tolist() == [total] * 3
     out["completed_after_wait"] = w.is_completed()
     out["success"] = w.is_success()
     out["exception"] = w.exception()
-    total = float(sum(range(1, world + 1)))
-    out["wait_value"] = t[:3].cpu().tolist() == [total] * 3
 
     # is_completed() alone, on a non-contiguous tensor (copied back on completion).
     nc = torch.full((8, 4), float(rank + 1), device="tpu").t()

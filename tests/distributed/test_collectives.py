@@ -31,3 +31,15 @@ def test_without_the_argument_exchange():
                         env={"TORCH_TPU_DIST_CHECKS": "0"}).values()
     failures = [f for r in results for f in r["failures"]]
     assert not failures, "\n".join(failures[:50])
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_collective_async(world):
+    """async_op=True, each Work waited for as with NCCL (results read on the
+    issuing stream afterwards)."""
+    import torch
+
+    dtypes = None if world == 2 else [torch.float32, torch.int16, torch.bool]
+    results = run_ranks(run_all, world, "tpu", dtypes, True, timeout=120).values()
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, "\n".join(failures[:50])

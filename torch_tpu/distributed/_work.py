@@ -1,21 +1,22 @@
-"""The handle a tpu_dist collective returns (``torch.distributed.Work``).
+"""The handles a tpu_dist collective returns (``torch.distributed.Work``).
 
-A ``TpuWork`` wraps the gloo works that carry the collective, and the
+A synchronous call (``async_op=False``, and calls on CPU tensors) returns a
+``TpuWork``: it wraps the gloo works that carry the collective, and the
 staging of its operands. Completion means: gloo has finished writing the
 device memory, and the post-processing (copies back from contiguous
 temporaries, the division of an average) has been queued on the stream the
 collective was issued on. That post-processing runs once, on whichever
 thread first sees gloo done: ``wait()``, ``is_completed()`` or the callback
-behind ``get_future()``.
+behind ``get_future()``. ``wait()`` blocks the calling thread until then.
 
-``wait()`` blocks the calling thread until then (gloo semantics; NCCL only
-makes the current stream wait, which needs a stream entry that waits for an
-external completion, not yet in the runtime). Work queued on the stream
-after ``wait()`` returns sees the result, because gloo wrote the memory
-before and the copies back were queued before.
+An asynchronous call on tpu tensors returns an ``AsyncWork``, which behaves
+as NCCL's: the issuing stream already waits for the collective (a host
+signal, ``tpu/signal.h``) and has its post-processing queued, so ``wait()``
+only makes the caller's current stream wait too, and never blocks the host.
 """
 import datetime
 import threading
+import time
 from typing import Callable, List, Optional, Sequence
 
 import torch
@@ -164,3 +165,78 @@ class DoneWork(TpuWork):
     def __init__(self, name: str, staging: Optional[Staging], outputs: List[torch.Tensor]) -> None:
         super().__init__(name, [], staging, outputs, lambda e: e)
         self._finish()
+
+
+class AsyncWork(TpuWork):
+    """An ``async_op=True`` collective on tpu tensors (``ProcessGroupTPU._start_async``).
+
+    ``signal`` is set by the group's communication thread when gloo is done
+    (or has failed); ``stream`` waits for it, then runs the post-processing,
+    then records ``done``. The communication thread calls ``_settle``, sets
+    the signal, then calls ``_notify``."""
+
+    def __init__(self, name: str, signal, done: torch.Event, stream: torch.Stream, outputs: List[torch.Tensor],
+                 deadline_s: float) -> None:
+        super().__init__(name, [], None, outputs, lambda e: e)
+        self._signal = signal
+        self._done = done
+        self._stream = stream
+        self._deadline = time.monotonic() + deadline_s
+        self._settled = False
+        self._notified = False
+
+    def _settle(self, error: Optional[BaseException]) -> None:
+        """The remote part is over (before the signal is set)."""
+        with self._lock:
+            self._error = error
+            self._settled = True
+
+    def _notify(self) -> None:
+        """Completes the future, after the signal is set: a callback that
+        synchronizes the stream would otherwise wait for itself."""
+        with self._lock:
+            self._notified = True
+            fut = self._future
+        if fut is not None:
+            self._complete(fut)
+
+    def _complete(self, fut: torch.futures.Future) -> None:
+        if self._error is not None:
+            fut.set_exception(self._error)
+        else:
+            fut.set_result(self._outputs)
+
+    def wait(self, timeout: Optional[datetime.timedelta] = None) -> bool:
+        """Makes the current stream of the tensors' chip wait for the
+        collective (the issuing stream already does); the host goes on. A
+        failure is raised here if it is known already, else by the
+        stream's next synchronizing call."""
+        if self._error is not None:
+            raise self._error
+        current = torch.tpu.current_stream(self._stream.device)
+        if current != self._stream:
+            left = max(0.0, self._deadline - time.monotonic())
+            self._signal.wait_on(current.stream_id, current.device_index, left)
+            current.wait_event(self._done)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._settled and (self._error is not None or self._done.query())
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def block_current_stream(self) -> None:
+        self.wait()
+
+    def get_future(self) -> torch.futures.Future:
+        """Completes when gloo is done, with the output tensors; work that
+        reads them on the issuing stream is ordered after the collective."""
+        with self._lock:
+            if self._future is not None:
+                return self._future
+            fut = self._future = torch.futures.Future()
+            notified = self._notified
+        if notified:
+            self._complete(fut)
+        return fut

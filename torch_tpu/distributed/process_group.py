@@ -16,10 +16,16 @@ views of the tpu tensors' device memory (``_views``). One call goes:
 5. gloo, asynchronously, on the views; the ``TpuWork`` it returns finishes
    the call (copies back, an average's division) on the issuing stream.
 
-Steps 1-4 run on the calling thread and block it: an ``async_op=True`` call
-returns once every rank has reached the collective and the inputs are
-ready; the transfer itself overlaps with whatever the caller does next.
-CPU tensors take the same path, without views.
+A synchronous call runs steps 1-5 on the calling thread, and c10d then
+waits for its Work. An ``async_op=True`` call on tpu tensors runs steps 1-2
+on the calling thread, queues on the stream a wait for a host signal
+(``tpu/signal.h``) and the post-processing behind it, and hands steps 3-5
+to the group's communication thread (``_comm``), which waits on the host
+for the stream to reach the call, then sets the signal when gloo is done:
+the host never waits, and later work on the stream waits for the result,
+as with NCCL (``_start_async``). Both kinds go through gloo in program
+order: a synchronous call first waits for the communication thread to
+finish what it holds. CPU tensors take the synchronous path, without views.
 """
 import datetime
 import os
@@ -30,11 +36,13 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions, ProcessGroupGloo
 
+from torch_tpu import _C as _tpu_C
 from torch_tpu.distributed import _checks as C
+from torch_tpu.distributed._comm import CommThread
 from torch_tpu.distributed._p2p import PointToPoint
 from torch_tpu.distributed._views import Staging
 from torch_tpu.distributed._watch import Watch
-from torch_tpu.distributed._work import DoneWork, TpuWork
+from torch_tpu.distributed._work import AsyncWork, DoneWork, TpuWork
 
 R = dist.ReduceOp.RedOpType
 BACKEND_NAME = "tpu_dist"
@@ -76,6 +84,9 @@ class _Call:
         self.timeout = _timeout_of(opts)
         self.equal: Tuple[int, ...] = ()
         self.rows: List[List[int]] = []
+        # Asynchronous (see the module docstring) unless asked otherwise or
+        # in debug mode, where every call completes before it returns.
+        self.is_async = bool(getattr(opts, "asyncOp", False)) and torch.tpu.get_mode() != "debug"
 
     def __enter__(self) -> "_Call":
         return self
@@ -85,19 +96,28 @@ class _Call:
             # Take part in the exchange so that the other ranks raise now,
             # then raise this rank's own, more precise, error.
             self.meta.fail()
-            try:
-                self.pg._exchange(self)
-            except Exception:
-                pass
+            self.pg._in_order(self.exchange_quietly)
             return False
-        self.pg._exchange(self)
+        if self.staging.stream is None:
+            self.is_async = False  # CPU tensors, or none: gloo's own semantics
+        if not self.is_async:
+            self.pg._comm.drain()
+            self.pg._exchange(self)
         return False
+
+    def exchange_quietly(self) -> None:
+        try:
+            self.pg._exchange(self)
+        except Exception:
+            pass
 
     def fail(self, message: str, kind=ValueError) -> None:
         raise kind(f"tpu_dist {self.name}: {message}")
 
     def start(self, launch: Callable[[], List[dist.Work]], outputs: List[torch.Tensor]) -> TpuWork:
         """Drain the streams, hand the views to gloo, wrap its works."""
+        if self.is_async:
+            return self.pg._start_async(self, launch, outputs)
         self.staging.drain()
         try:
             works = launch()
@@ -134,6 +154,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._p2p = PointToPoint(self._gloo, rank, size)
+        self._comm = CommThread(f"tpu_dist comm ({self._group_name}, rank {rank})")
         self._coalescing: Optional[List[dist.Work]] = None
         # gloo serves as this group's backend for what c10d asks of the
         # C++ object itself (object collectives' device, timeouts,
@@ -174,10 +195,68 @@ class ProcessGroupTPU(dist.ProcessGroup):
         pass  # numbers start at 0 on every rank and advance in step
 
     def shutdown(self) -> None:
+        self._comm.drain()
         self._gloo.shutdown()
 
     def abort(self) -> None:
         self._gloo.abort()
+
+    # -- asynchronous calls ----------------------------------------------------
+
+    def _in_order(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` (which talks to gloo) after what the communication
+        thread holds: inline if it holds nothing, else queued."""
+        if self._comm.idle():
+            fn()
+        else:
+            self._comm.submit(fn)
+
+    def _start_async(self, call: _Call, launch: Callable[[], List[dist.Work]], outputs: List[torch.Tensor]) -> AsyncWork:
+        """Queues the collective on its stream and its remote part on the
+        communication thread (see the module docstring)."""
+        stream = call.staging.stream
+        ready = torch.tpu.Event()
+        ready.record(stream)
+        timeout = (call.timeout or self._timeout).total_seconds()
+        # The thread reports gloo's own timeout first; the stream's deadline
+        # only catches a thread that never reports (twice the timeout, as
+        # the call may queue behind another that takes its whole timeout).
+        deadline_s = 2 * timeout + 10
+        signal = _tpu_C._Signal(f"tpu_dist {call.name} (collective #{call.seq} of group '{self._group_name}')")
+        signal.wait_on(stream.stream_id, stream.device_index, deadline_s)
+        call.staging.finish()
+        done = torch.tpu.Event()
+        done.record(stream)
+        work = AsyncWork(call.name, signal, done, stream, outputs, deadline_s)
+
+        def remote_part() -> None:
+            error: Optional[BaseException] = None
+            try:
+                before: Optional[BaseException] = None
+                try:
+                    ready.synchronize()
+                except Exception as e:  # a kernel error queued before the call
+                    before = e
+                    call.meta.fail()
+                self._exchange(call)
+                if before is not None:
+                    raise RuntimeError(f"tpu_dist {call.name} (collective #{call.seq}): the work queued on "
+                                     f"{stream} before it failed: {before}") from before
+                try:
+                    for w in launch():
+                        w.wait()
+                except Exception as e:
+                    raise call.explain(e) from e
+            except BaseException as e:  # noqa: B036  (reported through the signal and the Work)
+                error = e
+            work._settle(error)
+            try:
+                signal.set(error is None, "" if error is None else str(error))
+            finally:
+                work._notify()
+
+        self._comm.submit(remote_part)
+        return work
 
     # -- the exchange of argument records ------------------------------------
 

@@ -28,6 +28,7 @@ typedef enum {
     TPU_ERR_OUT_OF_BOUNDS,    /* a view reaches outside its storage, or past live device memory */
     TPU_ERR_INDEX,            /* an index value inside a tensor is out of range (kernel-side) */
     TPU_ERR_INTERNAL,         /* a broken invariant of this library: a bug */
+    TPU_ERR_EXTERNAL,         /* work outside the runtime that a stream waited for failed or did not finish in time */
     TPU_STATUS_COUNT
 } tpu_status;
 

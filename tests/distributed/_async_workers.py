@@ -1,0 +1,137 @@
+"""Rank bodies for test_async.py: async_op=True collectives leave the host
+free (NCCL's behaviour), order later work on their stream, and fail through
+the stream when a peer dies.
+
+The non-blocking checks are ordering arguments, not timings: a rank goes on
+to a point the other rank waits for (a store key) only after its call or
+its wait() returned. A call that blocked until the other rank joined would
+deadlock the pair, and the group's timeout would fail the test."""
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def _store() -> dist.Store:
+    return dist.distributed_c10d._get_default_store()
+
+
+def no_host_block(rank: int, world: int) -> dict:
+    store = _store()
+    out = {}
+    t = torch.full((1000,), float(rank + 1), device="tpu")
+    total = float(sum(range(1, world + 1)))
+    if rank == 0:
+        w = dist.all_reduce(t, async_op=True)
+        store.set("issued", "1")  # the call returned before rank 1 joined
+        u = t + 1  # no wait(): later work on the stream waits anyway
+        w.wait()
+        store.set("waited", "1")  # so did wait()
+        out["value"] = t[:3].cpu().tolist() == [total] * 3
+        out["later_work"] = u[:3].cpu().tolist() == [total + 1] * 3
+        out["completed"] = w.is_completed() and w.is_success() and w.exception() is None
+    else:
+        store.wait(["issued", "waited"])
+        dist.all_reduce(t)
+        out["value"] = t[:3].cpu().tolist() == [total] * 3
+        out["later_work"] = out["completed"] = True
+    return out
+
+
+def other_stream_waits(rank: int, world: int) -> dict:
+    """wait() on a side stream orders the side stream after the collective;
+    the post-processing (an average, a non-contiguous tensor) runs first."""
+    store = _store()
+    nc = torch.full((8, 4), float(rank + 1), device="tpu").t()
+    issuer = torch.tpu.current_stream()
+    if rank == 0:
+        w = dist.all_reduce(nc, op=dist.ReduceOp.AVG, async_op=True)
+        side = torch.tpu.Stream()
+        with torch.tpu.stream(side):
+            w.wait()
+            r = nc * 10  # on the side stream, after the collective
+        store.set("issued", "1")
+        side.synchronize()
+    else:
+        store.wait(["issued"])
+        dist.all_reduce(nc, op=dist.ReduceOp.AVG)
+        r = nc * 10
+    issuer.synchronize()
+    avg = sum(range(1, world + 1)) / world
+    return {"side": bool((r.cpu() == avg * 10).all()), "tensor": bool((nc.cpu() == avg).all())}
+
+
+def futures_and_many(rank: int, world: int) -> dict:
+    out = {}
+    total = float(sum(range(1, world + 1)))
+    # A then-callback that synchronizes the issuing stream runs after the
+    # signal is set: it does not wait for itself.
+    f_t = torch.full((5,), float(rank + 1), device="tpu")
+    fut = dist.all_reduce(f_t, async_op=True).get_future()
+    chained = fut.then(lambda f: f.value()[0].sum().item())
+    out["then_item"] = chained.wait() == 5 * total
+    # Many in flight on several dtypes and collectives, waited in reverse.
+    ts = [torch.full((64,), float(i + rank), device="tpu") for i in range(6)]
+    gathered = torch.empty(world * 64, device="tpu")
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    works.append(dist.all_gather_into_tensor(gathered, ts[0], async_op=True))
+    b = torch.arange(10, device="tpu") + rank
+    works.append(dist.broadcast(b, src=world - 1, async_op=True))
+    for w in reversed(works):
+        w.wait()
+    out["many"] = all(x[0].item() == float(world * i + sum(range(world))) for i, x in enumerate(ts))
+    # all_gather_into_tensor was queued after ts[0]'s all_reduce: it sees the sum.
+    out["gather_order"] = gathered.cpu().tolist() == [float(sum(range(world)))] * (64 * world)
+    out["broadcast"] = b.cpu().tolist() == (torch.arange(10) + world - 1).tolist()
+    # A synchronous call after async ones keeps program order across ranks.
+    s = torch.full((3,), float(rank), device="tpu")
+    w = dist.all_reduce(s, async_op=True)
+    dist.all_reduce(s)  # in order: it reduces the first one's sums
+    w.wait()
+    out["sync_after_async"] = s.cpu().tolist() == [float(world * sum(range(world)))] * 3
+    # The Work keeps its tensor alive when the caller drops both.
+    dist.all_reduce(torch.full((1 << 16,), 1.0, device="tpu"), async_op=True)
+    junk = [torch.full((1 << 16,), 7.0, device="tpu") for _ in range(4)]
+    torch.tpu.synchronize()
+    del junk
+    return out
+
+
+def mismatch(rank: int, world: int) -> dict:
+    """Mismatched sizes in an async call: every rank's stream fails with a
+    DistBackendError naming the collective; the group stays usable."""
+    t = torch.ones(4 + rank, device="tpu")
+    w = dist.all_reduce(t, async_op=True)
+    try:
+        w.wait()  # raises if the failure is known already; else the stream does
+        t.cpu()
+        kind, message = None, ""
+    except Exception as e:  # noqa: BLE001  (reported to the test)
+        kind, message = type(e).__name__, str(e)
+    ok = torch.ones(4, device="tpu")
+    dist.all_reduce(ok)
+    return {"kind": kind, "message": message, "exception": type(w.exception()).__name__,
+            "after": ok.cpu().tolist() == [float(world)] * 4}
+
+
+def killed_async(rank: int, world: int) -> dict:
+    """The last rank dies; the others' async all_reduce fails through the
+    stream within the timeout, and is_completed() turns true."""
+    t = torch.ones(4, device="tpu")
+    dist.all_reduce(t)
+    if rank == world - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)
+    start = time.monotonic()
+    w = dist.all_reduce(t, async_op=True)
+    issued = time.monotonic() - start
+    try:
+        w.wait()
+        t.cpu()
+        kind, message = None, ""
+    except Exception as e:  # noqa: BLE001
+        kind, message = type(e).__name__, str(e)
+    return {"issued": issued, "elapsed": time.monotonic() - start, "kind": kind, "message": message,
+            "completed": w.is_completed(), "exception": type(w.exception()).__name__}
