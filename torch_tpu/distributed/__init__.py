@@ -28,6 +28,27 @@ def _create_backend(dist_backend_opts: Any, backend_options: Any = None) -> Any:
     )
 
 
+def _bind_device_id(helper: Any) -> Any:
+    """c10d's ``_new_process_group_helper``, then: a tpu_dist group made
+    with ``device_id=torch.device("tpu", i)`` is bound to that chip
+    (``bound_device_id``, which c10d sets on the ProcessGroup object that a
+    Python backend replaces) and the chip becomes the current one, as the
+    device a program names wins over the LOCAL_RANK choice."""
+
+    def new_group_helper(*args: Any, **kwargs: Any) -> Any:
+        result = helper(*args, **kwargs)
+        device_id = kwargs.get("device_id")
+        pg = result[0] if isinstance(result, tuple) else result
+        if getattr(device_id, "type", None) == "tpu" and type(pg).__name__ == "ProcessGroupTPU":
+            import torch
+
+            pg.bound_device_id = device_id
+            torch.tpu.set_device(device_id.index)
+        return result
+
+    return new_group_helper
+
+
 def install() -> None:
     """Register ``tpu_dist`` with c10d (idempotent; a no-op without c10d)."""
     import torch.distributed as dist
@@ -41,6 +62,11 @@ def install() -> None:
     # "tpu_dist" alone covers both; the cpu default stays gloo.
     Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "tpu"])
     Backend.default_device_backend_map["tpu"] = BACKEND_NAME
+    from torch.distributed import distributed_c10d
+
+    from torch_tpu._import_hooks import replace
+
+    replace(distributed_c10d, "_new_process_group_helper", _bind_device_id)
 
 
 def __getattr__(name: str) -> Any:
