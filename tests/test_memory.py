@@ -375,9 +375,17 @@ def test_caching_allocator_alloc_and_delete():
     assert torch.tpu.memory_allocated() == before
     assert torch.tpu.caching_allocator_alloc(0) == 0
     torch.tpu.caching_allocator_delete(0)
-    with pytest.raises(RuntimeError, match="caching_allocator_delete: .* was not allocated by the torch-tpu "
-                                           "allocator, or was already freed"):
+    with pytest.raises(RuntimeError, match="caching_allocator_delete: 0x[0-9a-f]+ was not returned by "
+                                           "caching_allocator_alloc, or was deleted already"):
         torch.tpu.caching_allocator_delete(ptr)
+    # A live tensor's block is not a raw block: deleting it would free the
+    # tensor's memory under it.
+    live = torch.full((256,), 3.0, device="tpu")
+    with pytest.raises(RuntimeError, match="was not returned by caching_allocator_alloc"):
+        torch.tpu.caching_allocator_delete(live.data_ptr())
+    assert torch.tpu.memory_allocated() == before + 1024
+    assert live.cpu().eq(3.0).all()
+    del live
     with pytest.raises(TypeError, match="invalid type for stream argument.*got str"):
         torch.tpu.caching_allocator_alloc(10, stream="side")
     with pytest.raises(ValueError, match="is not a stream of tpu:0"):

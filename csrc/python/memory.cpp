@@ -6,7 +6,9 @@
 
 #include <torch/csrc/profiler/combined_traceback.h>
 
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/glue.h"
@@ -211,7 +213,12 @@ void init_memory_bindings(py::module_& m) {
     return fraction;
   });
   // torch.tpu.caching_allocator_alloc/delete: raw blocks, with the same
-  // history contexts as a tensor's storage.
+  // history contexts as a tensor's storage. Only addresses that alloc
+  // handed out may be deleted: the allocator alone would also free a live
+  // tensor's block given its data_ptr(), and the tensor would then write
+  // into memory handed to someone else.
+  static std::mutex raw_lock;
+  static std::unordered_set<uintptr_t> raw_blocks;
   m.def("_caching_allocator_alloc", [](int64_t size, int64_t index, int64_t stream_index) {
     check_chip_index(index, "caching_allocator_alloc");
     TORCH_CHECK_VALUE(size >= 0, "caching_allocator_alloc: size must be non-negative, got ", size);
@@ -225,9 +232,20 @@ void init_memory_bindings(py::module_& m) {
     const tpu_status st = tpu_mem_alloc_ctx(static_cast<int>(index), static_cast<size_t>(size), stream, context, &ptr);
     release_mem_context(context);
     TPU_CHECK_STATUS(st);
+    if (ptr) {
+      std::lock_guard<std::mutex> guard(raw_lock);
+      raw_blocks.insert(reinterpret_cast<uintptr_t>(ptr));
+    }
     return reinterpret_cast<uintptr_t>(ptr);
   });
   m.def("_caching_allocator_delete", [](uintptr_t address) {
+    if (address == 0) return;  // what a 0-byte alloc returned
+    {
+      std::lock_guard<std::mutex> guard(raw_lock);
+      TORCH_CHECK(raw_blocks.erase(address) == 1, "caching_allocator_delete: 0x", std::hex, address,
+                  " was not returned by caching_allocator_alloc, or was deleted already (a tensor's memory is "
+                  "freed when the tensor is)");
+    }
     MemContext* context = maybe_capture_mem_context(TPU_MEM_CONTEXT_ALL);
     const tpu_status st = tpu_mem_free_ctx(reinterpret_cast<void*>(address), context);
     release_mem_context(context);
