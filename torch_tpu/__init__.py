@@ -48,16 +48,18 @@ _register()
 # Libraries with their own device lists (accelerate, safetensors) learn tpu
 # when they are imported, not before (torch_tpu/_import_hooks.py);
 # transformers' Trainer checkpoints the tpu RNG state, and Lightning finds
-# torch-tpu's accelerator (torch_tpu/lightning.py) the same way. The c10d
+# torch-tpu's accelerator (torch_tpu/lightning.py) the same way; Ray Train
+# workers on tpu_dist get tpu from ray.train.torch.get_device(). The c10d
 # backend "tpu_dist" is registered here; its process group is imported when
 # the first group is created (torch_tpu/distributed/).
-from torch_tpu import _accelerate, _compile, _multiprocessing, _safetensors, _transformers  # noqa: E402
+from torch_tpu import _accelerate, _compile, _multiprocessing, _ray, _safetensors, _transformers  # noqa: E402
 from torch_tpu import distributed as _distributed  # noqa: E402  (registration only)
 from torch_tpu import lightning as _lightning  # noqa: E402  (imports no Lightning itself)
 
 _compile.install()
 _multiprocessing.install()
 _accelerate.install()
+_ray.install()
 _safetensors.install()
 _transformers.install()
 _lightning.install()
