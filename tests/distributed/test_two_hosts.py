@@ -115,10 +115,12 @@ def _torchrun_on(hosts, out: str, timeout: float, rendezvous: str = "static", gl
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() != 0,
                     reason="network namespaces for two hosts need root (ip netns add)")
 @pytest.mark.skipif(shutil.which("ip") is None, reason="network namespaces need iproute2's `ip` (not installed)")
-@pytest.mark.parametrize("rendezvous", ["static", "c10d"])
-def test_ddp_on_two_hosts_matches_one_cpu_process(rendezvous):
+@pytest.mark.parametrize("rendezvous,gloo_ifname", [("static", True), ("c10d", True), ("static", False)])
+def test_ddp_on_two_hosts_matches_one_cpu_process(rendezvous, gloo_ifname):
+    """Without GLOO_SOCKET_IFNAME, where the hostname resolves to a loopback
+    address, tpu_dist's gloo listens on the address toward MASTER_ADDR."""
     with two_hosts() as hosts, tempfile.TemporaryDirectory() as out:
-        results = _torchrun_on(hosts, out, timeout=150, rendezvous=rendezvous)
+        results = _torchrun_on(hosts, out, timeout=150, rendezvous=rendezvous, gloo_ifname=gloo_ifname)
         report = "\n".join(f"host {i} (rc {rc}):\n{text[-4000:]}" for i, (rc, text) in enumerate(results))
         assert all(rc == 0 for rc, _ in results), report
         ranks = [torch.load(os.path.join(out, f"rank{r}.pt")) for r in range(2)]

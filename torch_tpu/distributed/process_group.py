@@ -34,11 +34,12 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import AllgatherOptions, ProcessGroupGloo
+from torch._C._distributed_c10d import AllgatherOptions
 
 from torch_tpu import _C as _tpu_C
 from torch_tpu.distributed import _checks as C
 from torch_tpu.distributed._comm import CommThread
+from torch_tpu.distributed._gloo import make_gloo
 from torch_tpu.distributed._p2p import PointToPoint
 from torch_tpu.distributed._views import Staging
 from torch_tpu.distributed._watch import Watch
@@ -145,7 +146,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._size = size
         self._timeout = timeout
         self._group_name = group_name or "tpu_dist"
-        self._gloo = ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        self._gloo = make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
         self._watch = Watch(store, rank, size, self._group_name, timeout)
         # The exchange of argument records can be turned off for latency
         # (one gloo round trip per collective); a mismatch then aborts the
