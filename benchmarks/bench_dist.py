@@ -31,8 +31,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import suite  # noqa: E402  (sets OMP_WAIT_POLICY before torch starts OpenMP)
 
-DOC = suite.DOC
-BEGIN, END = "<!-- dist:begin -->", "<!-- dist:end -->"
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
 
 
@@ -154,15 +152,7 @@ def main() -> None:
     text = head + "\n\n" + "\n".join(lines)
     print(text)
     if not args.no_write:
-        doc = DOC.read_text()
-        block = f"{BEGIN}\n## bench_dist.py: tpu_dist against gloo\n\n{text}\n{END}"
-        if BEGIN in doc and END in doc:
-            pre, rest = doc.split(BEGIN, 1)
-            doc = pre + block + rest.split(END, 1)[1]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + block + "\n"
-        DOC.write_text(doc)
-        print(f"\nwrote {DOC}")
+        suite.write_section("dist", "bench_dist.py: tpu_dist against gloo", text, at_end=True)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,9 @@ import math
 import platform
 from typing import Callable
 
-import suite  # noqa: F401  (sets OMP_WAIT_POLICY before torch starts OpenMP)
+import suite  # sets OMP_WAIT_POLICY before torch starts OpenMP
 import torch
 
-DOC = suite.DOC
-BEGIN, END = "<!-- fused:begin -->", "<!-- fused:end -->"
 
 
 def in_mode(mode: str, fn: Callable[[], object]) -> Callable[[], object]:
@@ -150,15 +148,7 @@ def main() -> None:
     text = head + "\n\n" + table(rows(args.repeat, args.models))
     print("\n" + text)
     if not args.no_write:
-        doc = DOC.read_text()
-        block = f"{BEGIN}\n## bench_fused.py: fused mode against strict and CPU\n\n{text}\n{END}"
-        if BEGIN in doc and END in doc:
-            pre, rest = doc.split(BEGIN, 1)
-            doc = pre + block + rest.split(END, 1)[1]
-        else:
-            doc = doc.rstrip("\n") + "\n\n" + block + "\n"
-        DOC.write_text(doc)
-        print(f"\nwrote {DOC}")
+        suite.write_section("fused", "bench_fused.py: fused mode against strict and CPU", text, at_end=True)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ import torch.nn.functional as F  # noqa: E402
 import torch_tpu  # noqa: E402,F401  (registers the device)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 
 
 @dataclass
@@ -339,16 +338,23 @@ def header(args, peaks: dict) -> str:
     ])
 
 
-def write_doc(text: str) -> None:
+def write_section(marker: str, title: str, text: str, at_end: bool = False) -> None:
+    """Replaces the block between ``<!-- marker:begin -->`` and its end
+    marker in docs/benchmarks.md with ``title`` and ``text``; a new block
+    goes after the intro paragraph, or with ``at_end`` at the end."""
+    begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
     doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    block = f"{BEGIN}\n## suite.py: the benchmark suite\n\n{text}\n{END}"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + block + rest.split(END, 1)[1]
+    block = f"{begin}\n## {title}\n\n{text}\n{end}"
+    if begin in doc and end in doc:
+        head, rest = doc.split(begin, 1)
+        doc = head + block + rest.split(end, 1)[1]
+    elif at_end:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
     else:
         lines = doc.split("\n\n", 2)  # after the title and the intro paragraph
         doc = "\n\n".join(lines[:2] + [block] + lines[2:])
     DOC.write_text(doc)
+    print(f"\nwrote {DOC}")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
@@ -375,8 +381,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     text = header(args, peaks) + "\n\n" + table(rows)
     print("\n" + table(rows))
     if not args.no_write:
-        write_doc(text)
-        print(f"\nwrote {DOC}")
+        write_section("suite", "suite.py: the benchmark suite", text)
 
 
 if __name__ == "__main__":
