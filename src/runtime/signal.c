@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,9 @@ struct tpu_signal {
     atomic_int refs;
     pthread_mutex_t lock;
     pthread_cond_t cv; /* CLOCK_MONOTONIC, for the deadlines */
-    bool set;          /* under lock, with the two fields below */
+    bool set;          /* under lock, with the three fields below */
     tpu_status outcome;
+    int64_t deadline_ns; /* tpu_signal_arm's, CLOCK_MONOTONIC; 0: none */
     char message[TPU_MSG_MAX];
     char name[256];
 };
@@ -109,21 +111,53 @@ int64_t tpu_signal_deadline_ns(int64_t timeout_ms) {
         return 0;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec + timeout_ms * 1000000;
+    int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    /* A deadline past what the clock can count is none (not a wrapped,
+     * negative one that has always passed). */
+    if (timeout_ms > (INT64_MAX - now_ns) / 1000000)
+        return 0;
+    return now_ns + timeout_ms * 1000000;
+}
+
+tpu_status tpu_signal_arm(tpu_signal *sig, int64_t timeout_ms) {
+    tpu_status st = tpu_rt_enter();
+    if (st != TPU_OK)
+        return st;
+    if (!sig)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_signal_arm: signal is NULL");
+    int64_t deadline = tpu_signal_deadline_ns(timeout_ms);
+    pthread_mutex_lock(&sig->lock);
+    sig->deadline_ns = deadline;
+    pthread_cond_broadcast(&sig->cv); /* waiters recompute their deadline */
+    pthread_mutex_unlock(&sig->lock);
+    return TPU_OK;
+}
+
+/* The earlier of two deadlines, 0 meaning none. */
+static int64_t earlier_deadline(int64_t a, int64_t b) {
+    if (a == 0)
+        return b;
+    if (b == 0)
+        return a;
+    return a < b ? a : b;
 }
 
 tpu_status tpu_signal_wait(tpu_signal *sig, int64_t deadline_ns, bool host_thread) {
     tpu_wait_token token = {0};
     if (host_thread)
         token = tpu_rt_wait_begin();
-    struct timespec until = {(time_t)(deadline_ns / 1000000000), (long)(deadline_ns % 1000000000)};
     bool timed_out = false;
     pthread_mutex_lock(&sig->lock);
     while (!sig->set && !timed_out) {
-        if (deadline_ns == 0)
+        /* Recomputed on each wake: tpu_signal_arm may have moved it. */
+        int64_t until_ns = earlier_deadline(deadline_ns, sig->deadline_ns);
+        if (until_ns == 0) {
             pthread_cond_wait(&sig->cv, &sig->lock);
-        else
-            timed_out = pthread_cond_timedwait(&sig->cv, &sig->lock, &until) == ETIMEDOUT && !sig->set;
+        } else {
+            struct timespec until = {(time_t)(until_ns / 1000000000), (long)(until_ns % 1000000000)};
+            timed_out = pthread_cond_timedwait(&sig->cv, &sig->lock, &until) == ETIMEDOUT && !sig->set &&
+                        earlier_deadline(deadline_ns, sig->deadline_ns) == until_ns;
+        }
     }
     tpu_status outcome = sig->set ? sig->outcome : TPU_ERR_EXTERNAL;
     char message[TPU_MSG_MAX];

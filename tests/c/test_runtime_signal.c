@@ -99,6 +99,72 @@ static void test_deadline(void) {
     tpu_signal_free(sig);
 }
 
+static double ms_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static void test_arm_starts_the_deadline_late(void) {
+    /* Queued with no deadline: the time before tpu_signal_arm does not count. */
+    tpu_stream *s = stream(0, 8);
+    tpu_signal *sig = signal_named("a queued collective");
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_OK(tpu_stream_wait_signal(s, sig, -1));
+    sleep_ms(80);
+    bool done = true;
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(!done);
+    CHECK_OK(tpu_signal_arm(sig, 40));
+    CHECK_STATUS(tpu_stream_synchronize(s), TPU_ERR_EXTERNAL);
+    double ms = ms_since(&t0);
+    CHECK(ms >= 115 && ms < 5000);
+    CHECK_CONTAINS(tpu_last_error_message(), "a queued collective did not complete before the stream's deadline");
+    tpu_signal_free(sig);
+
+    /* Armed, then set in time: the wait passes; a wait's own, earlier
+     * deadline still applies; arm(-1) clears the signal's. */
+    sig = signal_named("armed and set");
+    CHECK_OK(tpu_stream_wait_signal(s, sig, -1));
+    CHECK_OK(tpu_signal_arm(sig, 10000));
+    setter st = {sig, 20, TPU_OK, NULL};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, set_later, &st) == 0);
+    CHECK_OK(tpu_stream_synchronize(s));
+    pthread_join(th, NULL);
+    tpu_signal_free(sig);
+    sig = signal_named("own deadline first");
+    CHECK_OK(tpu_signal_arm(sig, 10000));
+    CHECK_OK(tpu_stream_wait_signal(s, sig, 30));
+    CHECK_STATUS(tpu_stream_synchronize(s), TPU_ERR_EXTERNAL);
+    CHECK_OK(tpu_signal_arm(sig, 20));
+    CHECK_OK(tpu_signal_arm(sig, -1));
+    CHECK_OK(tpu_stream_wait_signal(s, sig, -1));
+    st = (setter){sig, 60, TPU_OK, NULL};
+    CHECK(pthread_create(&th, NULL, set_later, &st) == 0);
+    CHECK_OK(tpu_stream_synchronize(s));
+    pthread_join(th, NULL);
+    tpu_signal_free(sig);
+    CHECK_STATUS(tpu_signal_arm(NULL, 0), TPU_ERR_INVALID_ARG);
+}
+
+static void test_huge_timeout_is_no_deadline(void) {
+    /* A deadline past the clock's range waits (it once wrapped negative
+     * and failed at once, with the worker spinning). */
+    tpu_stream *s = stream(0, 9);
+    tpu_signal *sig = signal_named("far future");
+    CHECK_OK(tpu_stream_wait_signal(s, sig, INT64_MAX));
+    CHECK_OK(tpu_signal_arm(sig, INT64_MAX / 2));
+    sleep_ms(30);
+    bool done = true;
+    CHECK_OK(tpu_stream_query(s, &done));
+    CHECK(!done);
+    CHECK_OK(tpu_signal_set(sig, TPU_OK, NULL));
+    CHECK_OK(tpu_stream_synchronize(s));
+    tpu_signal_free(sig);
+}
+
 static void test_many_streams_and_chips(void) {
     tpu_signal *sig = signal_named("shared");
     tpu_stream *a = stream(0, 4), *b = stream(1, 4);
@@ -185,6 +251,8 @@ int main(void) {
     test_wait_orders_later_work();
     test_failure_is_kept_on_the_stream();
     test_deadline();
+    test_arm_starts_the_deadline_late();
+    test_huge_timeout_is_no_deadline();
     test_many_streams_and_chips();
     test_debug_mode_waits_before_return();
     test_fused_mode_flushes_before_waiting();

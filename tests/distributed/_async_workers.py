@@ -135,3 +135,110 @@ def killed_async(rank: int, world: int) -> dict:
         kind, message = type(e).__name__, str(e)
     return {"issued": issued, "elapsed": time.monotonic() - start, "kind": kind, "message": message,
             "completed": w.is_completed(), "exception": type(w.exception()).__name__}
+
+
+def debug_mode_without_wait(rank: int, world: int) -> dict:
+    """Debug mode (TPU_LAUNCH_BLOCKING=1): an async call completes before
+    it returns, post-processing included (an average of a non-contiguous
+    tensor), so reading it without wait() is right."""
+    nc = torch.full((8, 4), float(rank + 1), device="tpu").t()
+    w = dist.all_reduce(nc, op=dist.ReduceOp.AVG, async_op=True)
+    value = nc.cpu()
+    avg = sum(range(1, world + 1)) / world
+    return {"mode": torch.tpu.get_mode(), "value": bool((value == avg).all()), "completed": w.is_completed()}
+
+
+def queued_chain(rank: int, world: int) -> dict:
+    """Async calls queued behind each other on rank 0, each joined late by
+    rank 1 but within the timeout: none fails, though the last starts long
+    after the stream's deadline would have passed had it counted from the
+    call (the deadline's slack is set to 0 here so that the chain is short:
+    2 x 1 s, against a chain of about 3 s)."""
+    from torch_tpu.distributed.process_group import ProcessGroupTPU
+
+    ProcessGroupTPU._DEADLINE_SLACK_S = 0.0
+    ts = [torch.full((16,), float(rank + i), device="tpu") for i in range(5)]
+    if rank == 0:
+        works = [dist.all_reduce(t, async_op=True) for t in ts]
+        for w in works:
+            w.wait()
+    else:
+        for t in ts:
+            time.sleep(0.6)
+            dist.all_reduce(t)
+    values = [t[0].item() for t in ts]
+    return {"values": values == [float(world * i + sum(range(world))) for i in range(5)]}
+
+
+def kernel_error_before(rank: int, world: int, async_op: bool, barrier: bool) -> dict:
+    """Rank 0 queues a kernel that fails (an index out of range), then a
+    collective: every rank raises at once (not after the timeout), rank 0
+    naming its kernel error, and the group works on."""
+    x = torch.randn(3, 5, device="tpu")
+    t = torch.ones(4, device="tpu")
+    start = time.monotonic()
+    if rank == 0:
+        x.index_select(1, torch.tensor([0, 5], device="tpu"))
+    try:
+        if barrier:
+            dist.barrier()
+        else:
+            w = dist.all_reduce(t, async_op=async_op)
+            if async_op:
+                w.wait()
+            t.cpu()
+        kind, message = None, ""
+    except Exception as e:  # noqa: BLE001  (reported to the test)
+        kind, message = type(e).__name__, str(e)
+    elapsed = time.monotonic() - start
+    torch.tpu.synchronize()  # reported once: nothing left on the stream
+    ok = torch.ones(4, device="tpu")
+    dist.all_reduce(ok)
+    return {"kind": kind, "message": message, "elapsed": elapsed, "after": ok.cpu().tolist() == [float(world)] * 4}
+
+
+def failure_reported_once(rank: int, world: int) -> dict:
+    """A failure that wait() raised is not raised again by the stream."""
+    t = torch.ones(4 + rank, device="tpu")
+    w = dist.all_reduce(t, async_op=True)
+    kinds = []
+    for _ in range(2):
+        try:
+            w.wait()
+            torch.tpu.synchronize()
+            kinds.append(None)
+        except Exception as e:  # noqa: BLE001
+            kinds.append(type(e).__name__)
+    try:
+        torch.tpu.synchronize()
+        after = None
+    except Exception as e:  # noqa: BLE001
+        after = type(e).__name__
+    return {"kinds": kinds, "after": after, "exception": type(w.exception()).__name__}
+
+
+def threads_and_memory(rank: int, world: int) -> dict:
+    """Groups made and destroyed stop their communication threads; a
+    finished async call does not keep its tensor alive in the thread."""
+    import threading
+
+    t = torch.ones(1 << 20, device="tpu")
+    dist.all_reduce(t, async_op=True).wait()
+    torch.tpu.synchronize()
+    base_threads = threading.active_count()
+    for _ in range(4):
+        g = dist.new_group(list(range(world)))
+        dist.all_reduce(torch.ones(8, device="tpu"), group=g, async_op=True).wait()
+        dist.destroy_process_group(g)
+    threads_after = threading.active_count()
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    big = torch.ones(1 << 22, device="tpu")  # 16 MiB
+    dist.all_reduce(big, async_op=True).wait()
+    torch.tpu.synchronize()
+    del big
+    import gc
+
+    gc.collect()
+    freed = torch.tpu.memory_allocated() <= before
+    return {"threads": threads_after <= base_threads, "freed": freed}

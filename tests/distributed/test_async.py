@@ -26,9 +26,9 @@ def test_futures_many_in_flight_and_program_order(world):
 
 def test_mismatched_sizes_fail_through_the_stream():
     for out in run_ranks(A.mismatch, 2, timeout=60).values():
-        assert out["kind"] in ("DistBackendError", "ValueError"), out
+        assert out["kind"] == "DistBackendError", out
         assert "all_reduce (collective #1" in out["message"] and "4" in out["message"], out
-        assert out["exception"] == "ValueError"
+        assert out["exception"] == "DistBackendError"
         assert out["after"] is True
 
 
@@ -42,3 +42,37 @@ def test_killed_rank_fails_async_work_within_the_timeout():
         assert out["elapsed"] < 5 + 3
         assert "all_reduce (collective #2" in out["message"] and "[2]" in out["message"], out
         assert out["completed"] is True and out["exception"] == "DistBackendError"
+
+
+def test_debug_mode_completes_before_return():
+    for out in run_ranks(A.debug_mode_without_wait, 2, env={"TPU_LAUNCH_BLOCKING": "1"}, timeout=60).values():
+        assert out == {"mode": "debug", "value": True, "completed": True}
+
+
+def test_stream_deadline_starts_when_the_call_starts():
+    for out in run_ranks(A.queued_chain, 2, pg_timeout=1, timeout=60).values():
+        assert out == {"values": True}
+
+
+@pytest.mark.parametrize("async_op,barrier", [(False, False), (True, False), (False, True)],
+                         ids=["sync", "async", "barrier"])
+def test_kernel_error_before_a_collective_fails_every_rank_at_once(async_op, barrier):
+    outs = run_ranks(A.kernel_error_before, 2, async_op, barrier, pg_timeout=20, timeout=90).values()
+    for rank, out in enumerate(outs):
+        assert out["kind"] is not None, (rank, out)
+        assert out["elapsed"] < 10, (rank, out)  # not the group's timeout of 20 s
+        assert out["after"] is True, (rank, out)
+    assert "index 5 is out of bounds" in outs[0]["message"], outs[0]
+    assert "rank 0" in outs[1]["message"] or "index 5" in outs[1]["message"], outs[1]
+
+
+def test_failure_raised_by_wait_is_reported_once():
+    for out in run_ranks(A.failure_reported_once, 2, timeout=60).values():
+        assert out["kinds"] == ["DistBackendError", "DistBackendError"], out
+        assert out["after"] is None, out
+        assert out["exception"] == "DistBackendError"
+
+
+def test_destroyed_groups_stop_their_threads_and_calls_free_their_tensors():
+    for out in run_ranks(A.threads_and_memory, 2, timeout=90).values():
+        assert out == {"threads": True, "freed": True}

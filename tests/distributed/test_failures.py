@@ -14,7 +14,7 @@ def test_straggler_is_named_within_the_timeout():
     assert r0["elapsed"] < TIMEOUT + 2
     msg = r0["message"]
     assert "all_reduce (collective #2" in msg and "within the timeout of 3 s" in msg
-    assert "ranks that did not join it: [1] (rank 1 last issued #1 all_reduce)" in msg
+    assert "ranks that did not join it: [1] (rank 1 last started #1 all_reduce)" in msg
 
 
 def test_killed_rank_makes_the_others_fail_within_the_timeout():
@@ -26,5 +26,5 @@ def test_killed_rank_makes_the_others_fail_within_the_timeout():
         assert out["elapsed"] < 5 + 2
         msg = out["message"]
         assert "all_reduce (collective #3" in msg
-        assert "ranks that did not join it: [2] (rank 2 last issued #2 broadcast)" in msg
+        assert "ranks that did not join it: [2] (rank 2 last started #2 broadcast)" in msg
         assert "no longer running: [2]" in msg

@@ -135,7 +135,8 @@ def verdict(rows: List[List[int]], me: int, equal: Sequence[int]) -> Optional[st
         return f"the ranks called different collectives: {calls}"
     failed = [r for r, row in enumerate(rows) if row[ERROR]]
     if failed:
-        return f"{_ranks(failed)} rejected the arguments of {name} (see the error on {'that rank' if len(failed) == 1 else 'those ranks'})"
+        return (f"{_ranks(failed)} failed in {name} before it reached gloo (bad arguments, or the work queued "
+                f"before it failed; see the error on {'that rank' if len(failed) == 1 else 'those ranks'})")
     labels = {DTYPE: "dtype", ROOT: "root (src/dst)", REDOP: "reduce op", COUNT: "number of elements",
               SIG: "sizes of the tensor list", NTENSORS: "number of tensors"}
     for field in equal:

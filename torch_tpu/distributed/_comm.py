@@ -7,11 +7,48 @@ rank issues them, so everything a group sends through gloo (argument
 exchanges, collectives) must leave in program order. An asynchronous call
 hands its remote part to this thread; a synchronous call first waits until
 the thread has nothing left (``drain``), then runs inline, as it did before
-asynchronous calls existed. One thread per group, started on first use.
+asynchronous calls existed. One thread per group, started on first use,
+stopped by the group's ``shutdown`` (``destroy_process_group``) or when the
+group is garbage collected.
+
+At interpreter exit every thread finishes the jobs it holds, then stops:
+the thread is not a daemon, and ``threading``'s exit hook (which runs
+before Python joins such threads) asks it to stop. A daemon thread would
+still be inside gloo when the interpreter finalizes, and a thread that
+meets finalization inside C++ code aborts the process ("terminate called
+without an active exception"). Each job is bounded by the group's timeout
+(gloo's), so exit waits at most that long for a collective a peer never
+joins.
 """
 import collections
 import threading
-from typing import Callable, Deque
+import weakref
+from typing import Callable, Deque, Optional
+
+_live: "weakref.WeakSet[CommThread]" = weakref.WeakSet()
+_live_lock = threading.Lock()
+_exit_hook_registered = False
+
+
+def _stop_all_at_exit() -> None:
+    with _live_lock:
+        threads = list(_live)
+    for t in threads:
+        t.stop()
+
+
+def _register_exit_hook() -> None:
+    global _exit_hook_registered
+    with _live_lock:
+        if _exit_hook_registered:
+            return
+        _exit_hook_registered = True
+    try:
+        # Runs before Python joins non-daemon threads (concurrent.futures
+        # stops its workers the same way).
+        threading._register_atexit(_stop_all_at_exit)  # type: ignore[attr-defined]
+    except RuntimeError:
+        pass  # the interpreter is already shutting down
 
 
 class CommThread:
@@ -20,7 +57,8 @@ class CommThread:
         self._jobs: Deque[Callable[[], None]] = collections.deque()
         self._cv = threading.Condition()
         self._pending = 0  # queued or running
-        self._thread: threading.Thread = None  # type: ignore[assignment]
+        self._stopping = False
+        self._thread: Optional[threading.Thread] = None
 
     def idle(self) -> bool:
         with self._cv:
@@ -30,10 +68,15 @@ class CommThread:
         """Runs ``job()`` after every job submitted before it. The job must
         not raise: it reports its outcome itself (signal, Work)."""
         with self._cv:
+            if self._stopping:
+                raise RuntimeError(f"{self._name}: the process group has been shut down")
             self._jobs.append(job)
             self._pending += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                _register_exit_hook()
+                with _live_lock:
+                    _live.add(self)
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=False)
                 self._thread.start()
             self._cv.notify_all()
 
@@ -46,15 +89,30 @@ class CommThread:
             while self._pending:
                 self._cv.wait()
 
+    def stop(self, join: bool = False) -> None:
+        """The thread runs what it holds, then ends; later ``submit`` calls
+        raise. ``join``: wait for it to end (not from a job)."""
+        with self._cv:
+            self._stopping = True
+            thread = self._thread
+            self._cv.notify_all()
+        if join and thread is not None and thread is not threading.current_thread():
+            thread.join()
+
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._jobs:
+                while not self._jobs and not self._stopping:
                     self._cv.wait()
+                if not self._jobs:
+                    return  # stopping, and nothing left
                 job = self._jobs.popleft()
             try:
                 job()
             finally:
+                # Drop the closure now: it holds the call's tensors, which
+                # would otherwise live until the next job.
+                job = None  # type: ignore[assignment]
                 with self._cv:
                     self._pending -= 1
                     self._cv.notify_all()

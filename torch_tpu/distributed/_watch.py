@@ -1,7 +1,9 @@
 """Which ranks did not join: the store keeps each rank's last collective.
 
 Before a collective goes to gloo, each rank writes ``issued/<rank>`` =
-``"<number> <name>"`` to the group's store (one small write per collective).
+``"<number> <name>"`` to the group's store (one small write per collective):
+the last collective the rank has started, which for an asynchronous call is
+when its group's communication thread reaches it, not when it was issued.
 When a collective fails (gloo's timeout, a peer that closed its
 connection), the failing rank reads every rank's entry: those that have not
 reached this collective's number did not join it. At creation each rank also
@@ -115,7 +117,7 @@ class Watch:
                 behind, dead = self.missing(seq, grace)
                 if behind:
                     ranks = ", ".join(str(r) for r, _ in behind)
-                    lasts = "; ".join(f"rank {r} last issued {what}" for r, what in behind)
+                    lasts = "; ".join(f"rank {r} last started {what}" for r, what in behind)
                     parts.append(f"ranks that did not join it: [{ranks}] ({lasts})")
                 else:
                     parts.append("every rank had issued it")

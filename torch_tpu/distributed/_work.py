@@ -16,7 +16,6 @@ only makes the caller's current stream wait too, and never blocks the host.
 """
 import datetime
 import threading
-import time
 from typing import Callable, List, Optional, Sequence
 
 import torch
@@ -175,15 +174,14 @@ class AsyncWork(TpuWork):
     then records ``done``. The communication thread calls ``_settle``, sets
     the signal, then calls ``_notify``."""
 
-    def __init__(self, name: str, signal, done: torch.Event, stream: torch.Stream, outputs: List[torch.Tensor],
-                 deadline_s: float) -> None:
+    def __init__(self, name: str, signal, done: torch.Event, stream: torch.Stream, outputs: List[torch.Tensor]) -> None:
         super().__init__(name, [], None, outputs, lambda e: e)
         self._signal = signal
         self._done = done
         self._stream = stream
-        self._deadline = time.monotonic() + deadline_s
         self._settled = False
         self._notified = False
+        self._reported = False  # the failure has been taken off the stream
 
     def _settle(self, error: Optional[BaseException]) -> None:
         """The remote part is over (before the signal is set)."""
@@ -210,15 +208,31 @@ class AsyncWork(TpuWork):
         """Makes the current stream of the tensors' chip wait for the
         collective (the issuing stream already does); the host goes on. A
         failure is raised here if it is known already, else by the
-        stream's next synchronizing call."""
+        stream's next synchronizing call; a failure is reported once."""
         if self._error is not None:
+            self._take_stream_copy()
             raise self._error
         current = torch.tpu.current_stream(self._stream.device)
         if current != self._stream:
-            left = max(0.0, self._deadline - time.monotonic())
-            self._signal.wait_on(current.stream_id, current.device_index, left)
+            # No deadline of its own: the signal's (armed when the call
+            # starts) applies.
+            self._signal.wait_on(current.stream_id, current.device_index, -1)
             current.wait_event(self._done)
         return True
+
+    def _take_stream_copy(self) -> None:
+        """The issuing stream keeps the failure too (its signal wait
+        failed); raised here, it is taken off the stream, so that the
+        stream's next synchronizing call does not raise it a second time.
+        Only on failure does this wait for the stream."""
+        with self._lock:
+            if self._reported:
+                return
+            self._reported = True
+        try:
+            self._stream.synchronize()
+        except Exception:
+            pass  # this failure, as the stream words it
 
     def is_completed(self) -> bool:
         return self._settled and (self._error is not None or self._done.query())

@@ -30,6 +30,7 @@ finish what it holds. CPU tensors take the synchronous path, without views.
 import datetime
 import os
 import threading
+import weakref
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -103,6 +104,16 @@ class _Call:
             self.is_async = False  # CPU tensors, or none: gloo's own semantics
         if not self.is_async:
             self.pg._comm.drain()
+            try:
+                # The inputs must be in device memory before gloo reads
+                # them; a kernel error queued before the call is raised
+                # here, before the exchange, so that every rank raises.
+                self.staging.drain()
+            except Exception as e:
+                self.meta.fail()
+                self.exchange_quietly()
+                raise RuntimeError(f"tpu_dist {self.name} (collective #{self.seq}): the work queued before it "
+                                   f"failed: {e}") from e
             self.pg._exchange(self)
         return False
 
@@ -116,15 +127,17 @@ class _Call:
         raise kind(f"tpu_dist {self.name}: {message}")
 
     def start(self, launch: Callable[[], List[dist.Work]], outputs: List[torch.Tensor]) -> TpuWork:
-        """Drain the streams, hand the views to gloo, wrap its works."""
+        """Hands the views to gloo (the streams are drained), wraps its works."""
         if self.is_async:
             return self.pg._start_async(self, launch, outputs)
-        self.staging.drain()
         try:
             works = launch()
         except Exception as e:
             raise self.explain(e) from e
-        return TpuWork(self.name, works, self.staging, outputs, self.explain)
+        work = TpuWork(self.name, works, self.staging, outputs, self.explain)
+        if torch.tpu.get_mode() == "debug":
+            work.wait()  # debug mode: complete, post-processing included, before return
+        return work
 
     def explain(self, cause: BaseException) -> BaseException:
         return self.pg._watch.explain(self.name, self.seq, cause)
@@ -132,6 +145,10 @@ class _Call:
 
 class ProcessGroupTPU(dist.ProcessGroup):
     """A process group for tpu tensors over gloo (see the module docstring)."""
+
+    # An async call's stream deadline is 2 x the timeout plus this, from
+    # the moment the communication thread starts the call.
+    _DEADLINE_SLACK_S = 10.0
 
     def __init__(
         self,
@@ -156,6 +173,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._seq_lock = threading.Lock()
         self._p2p = PointToPoint(self._gloo, rank, size)
         self._comm = CommThread(f"tpu_dist comm ({self._group_name}, rank {rank})")
+        weakref.finalize(self, self._comm.stop)  # a group dropped without destroy_process_group
         self._coalescing: Optional[List[dist.Work]] = None
         # gloo serves as this group's backend for what c10d asks of the
         # C++ object itself (object collectives' device, timeouts,
@@ -197,6 +215,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def shutdown(self) -> None:
         self._comm.drain()
+        self._comm.stop(join=True)
         self._gloo.shutdown()
 
     def abort(self) -> None:
@@ -219,16 +238,18 @@ class ProcessGroupTPU(dist.ProcessGroup):
         ready = torch.tpu.Event()
         ready.record(stream)
         timeout = (call.timeout or self._timeout).total_seconds()
-        # The thread reports gloo's own timeout first; the stream's deadline
-        # only catches a thread that never reports (twice the timeout, as
-        # the call may queue behind another that takes its whole timeout).
-        deadline_s = 2 * timeout + 10
+        # The stream's deadline starts when the communication thread starts
+        # the call (the signal is armed then), not now: a call may queue
+        # behind others. From there the exchange and gloo each take at most
+        # the timeout, after which the thread reports gloo's own error; the
+        # deadline only catches a thread that never reports.
+        deadline_s = 2 * timeout + self._DEADLINE_SLACK_S
         signal = _tpu_C._Signal(f"tpu_dist {call.name} (collective #{call.seq} of group '{self._group_name}')")
-        signal.wait_on(stream.stream_id, stream.device_index, deadline_s)
+        signal.wait_on(stream.stream_id, stream.device_index, -1)
         call.staging.finish()
         done = torch.tpu.Event()
         done.record(stream)
-        work = AsyncWork(call.name, signal, done, stream, outputs, deadline_s)
+        work = AsyncWork(call.name, signal, done, stream, outputs)
 
         def remote_part() -> None:
             error: Optional[BaseException] = None
@@ -239,17 +260,24 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 except Exception as e:  # a kernel error queued before the call
                     before = e
                     call.meta.fail()
-                self._exchange(call)
+                signal.arm(deadline_s)
                 if before is not None:
+                    # The other ranks learn of it through the exchange; its
+                    # own failure (a peer gone too) would hide the cause.
+                    call.exchange_quietly()
                     raise RuntimeError(f"tpu_dist {call.name} (collective #{call.seq}): the work queued on "
-                                     f"{stream} before it failed: {before}") from before
+                                       f"{stream} before it failed: {before}") from before
+                self._exchange(call)
                 try:
                     for w in launch():
                         w.wait()
                 except Exception as e:
                     raise call.explain(e) from e
             except BaseException as e:  # noqa: B036  (reported through the signal and the Work)
-                error = e
+                # As the stream reports it: a DistBackendError naming the call.
+                error = e if isinstance(e, dist.DistBackendError) else dist.DistBackendError(str(e))
+                if error is not e:
+                    error.__cause__ = e
             work._settle(error)
             try:
                 signal.set(error is None, "" if error is None else str(error))
@@ -752,12 +780,12 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def barrier(self, opts=None) -> dist.Work:
         opts = opts or dist.BarrierOptions()
-        # Work queued on this thread's chip finishes before the barrier, as
-        # with NCCL's barrier (an all_reduce queued behind it).
-        if torch.tpu.is_initialized():
-            torch.tpu.current_stream().synchronize()
         with _Call(self, "barrier", opts):
-            pass
+            # Work queued on this thread's chip finishes before the barrier,
+            # as with NCCL's barrier (an all_reduce queued behind it); its
+            # failure is raised on every rank (the exchange in _Call).
+            if torch.tpu.is_initialized():
+                torch.tpu.current_stream().synchronize()
         # The exchange is itself an all_gather: every rank has arrived.
         return DoneWork("barrier", None, [])
 

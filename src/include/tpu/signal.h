@@ -49,8 +49,19 @@ TPU_API tpu_status tpu_signal_query(tpu_signal *signal, bool *done, tpu_status *
  * the stream, as a kernel error is, for its next synchronising call, and
  * the records after it still run. In debug mode the wait happens before
  * return and its error is returned. The stream's worker does the waiting;
- * the host thread is not blocked (in strict and fused modes). */
+ * the host thread is not blocked (in strict and fused modes). A timeout
+ * too large for the clock (past about 290 years) is no deadline. */
 TPU_API tpu_status tpu_stream_wait_signal(tpu_stream *stream, tpu_signal *signal, int64_t timeout_ms);
+
+/* Starts a deadline on the signal itself: every wait for it, queued or to
+ * come, fails (as above) once `timeout_ms` milliseconds (negative: none;
+ * the call then clears an earlier one) have passed since this call
+ * without the signal being set; a wait's own deadline still applies if it
+ * is earlier. For work that starts later than the waits are queued (a
+ * collective queued behind others on a communication thread): queue the
+ * waits with no deadline, arm the signal when the work begins, so that
+ * time spent queued does not count. TPU_ERR_INVALID_ARG for NULL. */
+TPU_API tpu_status tpu_signal_arm(tpu_signal *signal, int64_t timeout_ms);
 
 #ifdef __cplusplus
 }

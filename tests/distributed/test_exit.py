@@ -1,0 +1,20 @@
+"""A rank that exits (normal interpreter teardown, no destroy_process_group)
+while its async collectives are pending: its communication thread finishes
+them first, and the process exits cleanly instead of aborting in
+finalization ("terminate called without an active exception")."""
+import os
+import subprocess
+import sys
+
+
+def test_exit_with_pending_async_collectives(tmp_path):
+    worker = os.path.join(os.path.dirname(__file__), "_exit_worker.py")
+    store = str(tmp_path / "store")
+    env = dict(os.environ, TORCH_TPU_CHIPS="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, worker, str(r), "2", store, str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r} exited with {p.returncode}:\n{err[-3000:]}"
+        assert "terminate called" not in err, err[-3000:]
+    assert float((tmp_path / "value").read_text()) == 3.0  # 1 + 2: rank 0 took part before it exited
