@@ -235,7 +235,9 @@ def threads_and_memory(rank: int, world: int) -> dict:
     before = torch.tpu.memory_allocated()
     big = torch.ones(1 << 22, device="tpu")  # 16 MiB
     dist.all_reduce(big, async_op=True).wait()
-    torch.tpu.synchronize()
+    # The thread may still be leaving the job (it sets the signal first);
+    # a synchronous call runs after it has.
+    dist.barrier()
     del big
     import gc
 
