@@ -244,3 +244,45 @@ def threads_and_memory(rank: int, world: int) -> dict:
     gc.collect()
     freed = torch.tpu.memory_allocated() <= before
     return {"threads": threads_after <= base_threads, "freed": freed}
+
+
+def leaf_and_expanded(rank: int, world: int, async_op: bool) -> dict:
+    """A leaf that requires grad is reduced in place (AVG: the division is
+    post-processing), as with NCCL; an expanded tensor is refused on every
+    rank, and neither leaves a stream waiting."""
+    p = torch.full((4,), float(rank + 1), device="tpu", requires_grad=True)
+    w = dist.all_reduce(p, op=dist.ReduceOp.AVG, async_op=async_op)
+    if async_op:
+        w.wait()
+    out = {"leaf": p.detach().cpu().tolist() == [sum(range(1, world + 1)) / world] * 4}
+    e = torch.ones(1, device="tpu").expand(4)
+    try:
+        dist.all_reduce(e, async_op=async_op)
+        out["expanded"] = None
+    except Exception as err:  # noqa: BLE001
+        out["expanded"] = f"{type(err).__name__}: {err}"
+    ok = torch.ones(4, device="tpu")
+    dist.all_reduce(ok, async_op=async_op)
+    out["after"] = ok.cpu().tolist() == [float(world)] * 4  # no stream left waiting
+    return out
+
+
+def chain_after_kernel_error(rank: int, world: int) -> dict:
+    """Rank 0 queues a kernel error, then 10 async calls: the first fails
+    on every rank, the others run; the stream reports the first failure
+    once, rooted in the kernel error, without nesting."""
+    x = torch.randn(3, 5, device="tpu")
+    if rank == 0:
+        x.index_select(1, torch.tensor([0, 5], device="tpu"))
+    ts = [torch.full((8,), float(rank + i), device="tpu") for i in range(10)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    errors = []
+    for _ in range(3):
+        try:
+            torch.tpu.synchronize()
+        except Exception as e:  # noqa: BLE001
+            errors.append(str(e))
+    dist.barrier()  # the thread is done with every job
+    ok = [w.exception() is None for w in works]
+    values = [t[0].item() == float(world * i + sum(range(world))) for i, t in enumerate(ts)]
+    return {"errors": errors, "ok": ok, "values": values}

@@ -76,3 +76,20 @@ def test_failure_raised_by_wait_is_reported_once():
 def test_destroyed_groups_stop_their_threads_and_calls_free_their_tensors():
     for out in run_ranks(A.threads_and_memory, 2, timeout=90).values():
         assert out == {"threads": True, "freed": True}
+
+
+@pytest.mark.parametrize("async_op", [False, True], ids=["sync", "async"])
+def test_leaf_requiring_grad_is_reduced_and_expanded_tensors_refused(async_op):
+    for out in run_ranks(A.leaf_and_expanded, 2, async_op, timeout=60).values():
+        assert out["leaf"] is True and out["after"] is True, out
+        assert out["expanded"] is not None and "share memory" in out["expanded"], out
+
+
+def test_one_failure_does_not_fail_the_calls_queued_behind_it():
+    outs = run_ranks(A.chain_after_kernel_error, 2, timeout=90).values()
+    for rank, out in enumerate(outs):
+        assert out["ok"] == [False] + [True] * 9, (rank, out)
+        assert out["values"][1:] == [True] * 9, (rank, out)
+        assert len(out["errors"]) == 1, (rank, out)  # reported once
+        assert "collective #1 " in out["errors"][0] and len(out["errors"][0]) < 3000, (rank, out)
+    assert "index 5 is out of bounds" in outs[0]["errors"][0], outs[0]

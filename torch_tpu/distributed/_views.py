@@ -100,6 +100,9 @@ class Staging:
     def _wire(self, t: torch.Tensor, reduce: bool, read: bool, write: bool) -> torch.Tensor:
         """The tensor gloo works on, on ``t``'s device: ``t`` itself or a temporary."""
         self._note(t)
+        if write and torch._debug_has_internal_overlap(t) == 1:
+            raise ValueError(f"a tensor of shape {tuple(t.shape)} and strides {t.stride()} has elements that share "
+                             "memory (an expanded tensor): a collective cannot write it; pass .clone()")
         wide = _REDUCE_AS.get(t.dtype) if reduce else None
         if wide is None and t.is_contiguous():
             return t
@@ -182,12 +185,15 @@ class Staging:
     def finish(self) -> None:
         """Queue the post-processing on the stream the call was issued on."""
         after, self._after = self._after, []
-        if after:
-            if self.stream is not None:
-                with torch.tpu.stream(self.stream):
+        # As a collective's own writes, the copies back bypass autograd (a
+        # leaf that requires grad may be reduced in place, as with NCCL).
+        with torch.no_grad():
+            if after:
+                if self.stream is not None:
+                    with torch.tpu.stream(self.stream):
+                        for fn in after:
+                            fn()
+                else:
                     for fn in after:
                         fn()
-            else:
-                for fn in after:
-                    fn()
         self._keep = []

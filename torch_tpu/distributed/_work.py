@@ -174,9 +174,11 @@ class AsyncWork(TpuWork):
     then records ``done``. The communication thread calls ``_settle``, sets
     the signal, then calls ``_notify``."""
 
-    def __init__(self, name: str, signal, done: torch.Event, stream: torch.Stream, outputs: List[torch.Tensor]) -> None:
+    def __init__(self, name: str, signal, signal_name: str, done: torch.Event, stream: torch.Stream,
+                 outputs: List[torch.Tensor]) -> None:
         super().__init__(name, [], None, outputs, lambda e: e)
         self._signal = signal
+        self._signal_name = signal_name
         self._done = done
         self._stream = stream
         self._settled = False
@@ -231,8 +233,11 @@ class AsyncWork(TpuWork):
             self._reported = True
         try:
             self._stream.synchronize()
-        except Exception:
-            pass  # this failure, as the stream words it
+        except Exception as e:
+            if self._signal_name not in str(e).split("\n", 1)[0]:
+                # Another failure came first on the stream (a kernel
+                # error): raise that one rather than drop it.
+                raise e from self._error
 
     def is_completed(self) -> bool:
         return self._settled and (self._error is not None or self._done.query())

@@ -27,6 +27,7 @@ as with NCCL (``_start_async``). Both kinds go through gloo in program
 order: a synchronous call first waits for the communication thread to
 finish what it holds. CPU tensors take the synchronous path, without views.
 """
+import collections
 import datetime
 import os
 import threading
@@ -72,6 +73,30 @@ def _barrier_opts(timeout: Optional[datetime.timedelta]) -> dist.BarrierOptions:
     if timeout is not None:
         opts.timeout = timeout
     return opts
+
+
+_live_groups: "weakref.WeakSet[ProcessGroupTPU]" = weakref.WeakSet()
+
+
+def _quiesce_at_exit() -> None:
+    """threading's exit hook (before Python joins non-daemon threads): each
+    group's communication thread finishes its calls, then its gloo group
+    is shut down while the interpreter is whole. Left to finalization,
+    gloo's threads may meet a peer's closing connection during teardown
+    and abort the process ("terminate called without an active
+    exception"), with plain gloo as well."""
+    for pg in list(_live_groups):
+        try:
+            pg._comm.stop(join=True)
+            pg._gloo.shutdown()
+        except Exception:
+            pass  # already shut down, or broken: nothing left to protect
+
+
+try:
+    threading._register_atexit(_quiesce_at_exit)  # type: ignore[attr-defined]
+except RuntimeError:
+    pass  # imported during interpreter shutdown
 
 
 class _Call:
@@ -175,6 +200,10 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._comm = CommThread(f"tpu_dist comm ({self._group_name}, rank {rank})")
         weakref.finalize(self, self._comm.stop)  # a group dropped without destroy_process_group
         self._coalescing: Optional[List[dist.Work]] = None
+        # Names of async calls that failed, whose error a stream may still
+        # hold (bounded: a stream keeps one error at a time).
+        self._failed_signals: "collections.OrderedDict[str, str]" = collections.OrderedDict()
+        _live_groups.add(self)
         # gloo serves as this group's backend for what c10d asks of the
         # C++ object itself (object collectives' device, timeouts,
         # sequence numbers); every collective goes through the methods here.
@@ -244,22 +273,39 @@ class ProcessGroupTPU(dist.ProcessGroup):
         # the timeout, after which the thread reports gloo's own error; the
         # deadline only catches a thread that never reports.
         deadline_s = 2 * timeout + self._DEADLINE_SLACK_S
-        signal = _tpu_C._Signal(f"tpu_dist {call.name} (collective #{call.seq} of group '{self._group_name}')")
+        signal_name = f"tpu_dist {call.name} (collective #{call.seq} of group '{self._group_name}')"
+        signal = _tpu_C._Signal(signal_name)
         signal.wait_on(stream.stream_id, stream.device_index, -1)
-        call.staging.finish()
-        done = torch.tpu.Event()
-        done.record(stream)
-        work = AsyncWork(call.name, signal, done, stream, outputs)
+        try:
+            call.staging.finish()
+            done = torch.tpu.Event()
+            done.record(stream)
+        except BaseException as e:
+            # The stream waits for the signal with no deadline: set it, or
+            # the stream never drains. The exchange tells the other ranks.
+            signal.set(False, f"not run: {e}")
+            call.meta.fail()
+            self._in_order(call.exchange_quietly)
+            raise
+        work = AsyncWork(call.name, signal, signal_name, done, stream, outputs)
 
         def remote_part() -> None:
             error: Optional[BaseException] = None
+            before: Optional[BaseException] = None
+            carried: Optional[str] = None
             try:
-                before: Optional[BaseException] = None
                 try:
                     ready.synchronize()
-                except Exception as e:  # a kernel error queued before the call
-                    before = e
-                    call.meta.fail()
+                except Exception as e:
+                    carried = self._take_earlier_failure(str(e))
+                    # An earlier async call of this group failed, and its
+                    # error came off the stream here: this call's inputs
+                    # are fine, so it runs, and its signal hands that
+                    # error (its first cause: no nesting) back to the
+                    # stream, which reports it once.
+                    if carried is None:  # a kernel error queued before the call
+                        before = e
+                        call.meta.fail()
                 signal.arm(deadline_s)
                 if before is not None:
                     # The other ranks learn of it through the exchange; its
@@ -279,13 +325,41 @@ class ProcessGroupTPU(dist.ProcessGroup):
                 if error is not e:
                     error.__cause__ = e
             work._settle(error)
+            if error is not None:
+                message = str(error)
+                self._note_failure(signal_name, f"{signal_name} failed: {message}")
+            elif carried is not None:
+                message = f"it ran, but an earlier call failed: {carried}"
+                self._note_failure(signal_name, carried)
             try:
-                signal.set(error is None, "" if error is None else str(error))
+                signal.set(error is None and carried is None, "" if error is None and carried is None else message)
             finally:
                 work._notify()
 
-        self._comm.submit(remote_part)
+        try:
+            self._comm.submit(remote_part)
+        except BaseException as e:
+            signal.set(False, f"not run: {e}")  # the stream must not wait forever
+            raise
         return work
+
+    def _note_failure(self, signal_name: str, root: str) -> None:
+        """``signal_name``'s signal is set with an error whose first cause
+        is ``root``."""
+        with self._seq_lock:
+            self._failed_signals[signal_name] = root
+            while len(self._failed_signals) > 64:  # a stream holds one error at a time
+                self._failed_signals.popitem(last=False)
+
+    def _take_earlier_failure(self, message: str) -> Optional[str]:
+        """If ``message`` (an error taken off a stream) is the failure of
+        one of this group's earlier async calls, its first cause (and the
+        call is forgotten); else None."""
+        with self._seq_lock:
+            for name in list(self._failed_signals):
+                if (name + " failed") in message:
+                    return self._failed_signals.pop(name)
+        return None
 
     # -- the exchange of argument records ------------------------------------
 
@@ -780,12 +854,16 @@ class ProcessGroupTPU(dist.ProcessGroup):
 
     def barrier(self, opts=None) -> dist.Work:
         opts = opts or dist.BarrierOptions()
-        with _Call(self, "barrier", opts):
+        with _Call(self, "barrier", opts) as call:
             # Work queued on this thread's chip finishes before the barrier,
             # as with NCCL's barrier (an all_reduce queued behind it); its
             # failure is raised on every rank (the exchange in _Call).
             if torch.tpu.is_initialized():
-                torch.tpu.current_stream().synchronize()
+                try:
+                    torch.tpu.current_stream().synchronize()
+                except Exception as e:
+                    raise RuntimeError(f"tpu_dist barrier (collective #{call.seq}): the work queued before it "
+                                       f"failed: {e}") from e
         # The exchange is itself an all_gather: every rank has arrived.
         return DoneWork("barrier", None, [])
 
