@@ -286,3 +286,15 @@ def chain_after_kernel_error(rank: int, world: int) -> dict:
     ok = [w.exception() is None for w in works]
     values = [t[0].item() == float(world * i + sum(range(world))) for i, t in enumerate(ts)]
     return {"errors": errors, "ok": ok, "values": values}
+
+
+def huge_timeout(rank: int, world: int) -> dict:
+    """A group whose timeout is past gloo's nanosecond range (2,700 years)
+    works: such a timeout means "never"."""
+    import datetime
+
+    g = dist.new_group(list(range(world)), timeout=datetime.timedelta(days=1e6))
+    t = torch.ones(4, device="tpu")
+    dist.all_reduce(t, group=g)
+    dist.all_reduce(t, group=g, async_op=True).wait()
+    return {"value": t.cpu().tolist() == [float(world * world)] * 4}

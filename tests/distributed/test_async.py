@@ -93,3 +93,8 @@ def test_one_failure_does_not_fail_the_calls_queued_behind_it():
         assert len(out["errors"]) == 1, (rank, out)  # reported once
         assert "collective #1 " in out["errors"][0] and len(out["errors"][0]) < 3000, (rank, out)
     assert "index 5 is out of bounds" in outs[0]["errors"][0], outs[0]
+
+
+def test_timeouts_past_gloos_range_mean_never():
+    for out in run_ranks(A.huge_timeout, 2, timeout=60).values():
+        assert out == {"value": True}

@@ -46,7 +46,13 @@ def listen_address() -> Optional[str]:
         return None
 
 
+# gloo counts its timeout in int64 nanoseconds: past about 292 years it
+# wraps and every collective times out at once. Longer means "never".
+MAX_TIMEOUT = datetime.timedelta(days=365 * 200)
+
+
 def make_gloo(store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupGloo:
+    timeout = min(timeout, MAX_TIMEOUT)
     address = listen_address()
     if address is None:
         return ProcessGroupGloo(store, rank, size, timeout)

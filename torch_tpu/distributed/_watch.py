@@ -100,8 +100,11 @@ class Watch:
         finally:
             self.store.set_timeout(old)
 
-    def explain(self, name: str, seq: int, cause: BaseException) -> dist.DistBackendError:
-        """The error a failed collective raises: what, which ranks, why."""
+    def explain(self, name: str, seq: int, cause: BaseException,
+                timeout: Optional[datetime.timedelta] = None) -> dist.DistBackendError:
+        """The error a failed collective raises: what, which ranks, why.
+        ``timeout``: the call's own, where it has one (else the group's)."""
+        timeout = timeout or self.timeout
         head = (
             f"tpu_dist: {name} (collective #{seq} of group '{self.group}', on rank {self.rank} "
             f"of {self.size}) failed"
@@ -109,11 +112,11 @@ class Watch:
         text = str(cause).strip()
         timed_out = "Timed out" in text or "timeout" in text.lower()
         if timed_out:
-            head += f" within the timeout of {self.timeout.total_seconds():g} s"
+            head += f" within the timeout of {timeout.total_seconds():g} s"
         parts = [head]
         if self.enabled:
             try:
-                grace = 0.0 if timed_out else min(_GRACE_S, self.timeout.total_seconds() / 4)
+                grace = 0.0 if timed_out else min(_GRACE_S, timeout.total_seconds() / 4)
                 behind, dead = self.missing(seq, grace)
                 if behind:
                     ranks = ", ".join(str(r) for r, _ in behind)

@@ -41,7 +41,7 @@ from torch._C._distributed_c10d import AllgatherOptions
 from torch_tpu import _C as _tpu_C
 from torch_tpu.distributed import _checks as C
 from torch_tpu.distributed._comm import CommThread
-from torch_tpu.distributed._gloo import make_gloo
+from torch_tpu.distributed._gloo import MAX_TIMEOUT, make_gloo
 from torch_tpu.distributed._p2p import PointToPoint
 from torch_tpu.distributed._views import Staging
 from torch_tpu.distributed._watch import Watch
@@ -65,7 +65,7 @@ def _timeout_of(opts) -> Optional[datetime.timedelta]:
     t = getattr(opts, "timeout", None)
     if t is None or t < datetime.timedelta(0):
         return None
-    return t
+    return min(t, MAX_TIMEOUT)  # gloo's nanosecond count would wrap
 
 
 def _barrier_opts(timeout: Optional[datetime.timedelta]) -> dist.BarrierOptions:
@@ -165,7 +165,7 @@ class _Call:
         return work
 
     def explain(self, cause: BaseException) -> BaseException:
-        return self.pg._watch.explain(self.name, self.seq, cause)
+        return self.pg._watch.explain(self.name, self.seq, cause, self.timeout)
 
 
 class ProcessGroupTPU(dist.ProcessGroup):
