@@ -298,3 +298,29 @@ def huge_timeout(rank: int, world: int) -> dict:
     dist.all_reduce(t, group=g)
     dist.all_reduce(t, group=g, async_op=True).wait()
     return {"value": t.cpu().tolist() == [float(world * world)] * 4}
+
+
+def side_stream_failure_once(rank: int, world: int) -> dict:
+    """wait() on a side stream before the failure is known orders the side
+    stream; the failure is raised once, by the issuing stream."""
+    store = _store()
+    issuer = torch.tpu.current_stream()
+    t = torch.ones(4 + rank, device="tpu")
+    if rank == 0:
+        w = dist.all_reduce(t, async_op=True)
+        side = torch.tpu.Stream()
+        with torch.tpu.stream(side):
+            w.wait()  # the failure is not known yet: rank 1 has not called
+        store.set("waited", "1")
+    else:
+        store.wait(["waited"])
+        w = dist.all_reduce(t, async_op=True)
+        side = torch.tpu.Stream()
+    raised = []
+    for s in (side, issuer, issuer):
+        try:
+            s.synchronize()
+            raised.append(None)
+        except Exception as e:  # noqa: BLE001
+            raised.append(type(e).__name__)
+    return {"raised": raised}

@@ -98,3 +98,8 @@ def test_one_failure_does_not_fail_the_calls_queued_behind_it():
 def test_timeouts_past_gloos_range_mean_never():
     for out in run_ranks(A.huge_timeout, 2, timeout=60).values():
         assert out == {"value": True}
+
+
+def test_side_stream_wait_does_not_report_the_failure_twice():
+    for out in run_ranks(A.side_stream_failure_once, 2, timeout=60).values():
+        assert out == {"raised": [None, "DistBackendError", None]}, out

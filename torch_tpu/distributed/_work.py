@@ -169,15 +169,15 @@ class DoneWork(TpuWork):
 class AsyncWork(TpuWork):
     """An ``async_op=True`` collective on tpu tensors (``ProcessGroupTPU._start_async``).
 
-    ``signal`` is set by the group's communication thread when gloo is done
-    (or has failed); ``stream`` waits for it, then runs the post-processing,
-    then records ``done``. The communication thread calls ``_settle``, sets
-    the signal, then calls ``_notify``."""
+    The call's signal (named ``signal_name``) is set by the group's
+    communication thread when gloo is done (or has failed); ``stream``
+    waits for it, then runs the post-processing, then records ``done``.
+    The communication thread calls ``_settle``, sets the signal, then calls
+    ``_notify``."""
 
-    def __init__(self, name: str, signal, signal_name: str, done: torch.Event, stream: torch.Stream,
+    def __init__(self, name: str, signal_name: str, done: torch.Event, stream: torch.Stream,
                  outputs: List[torch.Tensor]) -> None:
         super().__init__(name, [], None, outputs, lambda e: e)
-        self._signal = signal
         self._signal_name = signal_name
         self._done = done
         self._stream = stream
@@ -216,9 +216,9 @@ class AsyncWork(TpuWork):
             raise self._error
         current = torch.tpu.current_stream(self._stream.device)
         if current != self._stream:
-            # No deadline of its own: the signal's (armed when the call
-            # starts) applies.
-            self._signal.wait_on(current.stream_id, current.device_index, -1)
+            # An event wait: ordered after the signal and the post-processing
+            # on the issuing stream, which alone keeps a failure (reported
+            # once, there).
             current.wait_event(self._done)
         return True
 

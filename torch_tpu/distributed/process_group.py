@@ -287,7 +287,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
             call.meta.fail()
             self._in_order(call.exchange_quietly)
             raise
-        work = AsyncWork(call.name, signal, signal_name, done, stream, outputs)
+        work = AsyncWork(call.name, signal_name, done, stream, outputs)
 
         def remote_part() -> None:
             error: Optional[BaseException] = None
