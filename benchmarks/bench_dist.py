@@ -53,7 +53,9 @@ def _allreduce_rank(rank: int, world: int, store: str, sizes: list, repeat: int,
         cpu = torch.ones(n)
         tpu = torch.ones(n, device="tpu")
         times = {"cpu": [], "tpu": []}
-        reps = max(3, min(repeat, (64 << 20) * repeat // max(nbytes, 1)))
+        # Small sizes are dominated by scheduling noise on few cores: more
+        # repeats there (they are cheap), fewer for the largest.
+        reps = max(3, min(repeat * 4, (64 << 20) * repeat // max(nbytes, 1)))
         for i in range(reps + 1):
             for side, t in (("cpu", cpu), ("tpu", tpu)) if i % 2 else (("tpu", tpu), ("cpu", cpu)):
                 dist.barrier()
