@@ -8,47 +8,19 @@ exchanges, collectives) must leave in program order. An asynchronous call
 hands its remote part to this thread; a synchronous call first waits until
 the thread has nothing left (``drain``), then runs inline, as it did before
 asynchronous calls existed. One thread per group, started on first use,
-stopped by the group's ``shutdown`` (``destroy_process_group``) or when the
-group is garbage collected.
+stopped by the group's ``shutdown`` (``destroy_process_group``, and at
+interpreter exit: ``process_group._quiesce_at_exit``) or when the group is
+garbage collected.
 
-At interpreter exit every thread finishes the jobs it holds, then stops:
-the thread is not a daemon, and ``threading``'s exit hook (which runs
-before Python joins such threads) asks it to stop. A daemon thread would
-still be inside gloo when the interpreter finalizes, and a thread that
-meets finalization inside C++ code aborts the process ("terminate called
-without an active exception"). Each job is bounded by the group's timeout
-(gloo's), so exit waits at most that long for a collective a peer never
-joins.
+The thread is not a daemon: a daemon thread would still be inside gloo
+when the interpreter finalizes, and a thread that meets finalization inside
+C++ code aborts the process ("terminate called without an active
+exception"). ``stop`` lets it finish the jobs it holds, each bounded by the
+group's timeout (gloo's).
 """
 import collections
 import threading
-import weakref
 from typing import Callable, Deque, Optional
-
-_live: "weakref.WeakSet[CommThread]" = weakref.WeakSet()
-_live_lock = threading.Lock()
-_exit_hook_registered = False
-
-
-def _stop_all_at_exit() -> None:
-    with _live_lock:
-        threads = list(_live)
-    for t in threads:
-        t.stop()
-
-
-def _register_exit_hook() -> None:
-    global _exit_hook_registered
-    with _live_lock:
-        if _exit_hook_registered:
-            return
-        _exit_hook_registered = True
-    try:
-        # Runs before Python joins non-daemon threads (concurrent.futures
-        # stops its workers the same way).
-        threading._register_atexit(_stop_all_at_exit)  # type: ignore[attr-defined]
-    except RuntimeError:
-        pass  # the interpreter is already shutting down
 
 
 class CommThread:
@@ -73,9 +45,6 @@ class CommThread:
             self._jobs.append(job)
             self._pending += 1
             if self._thread is None:
-                _register_exit_hook()
-                with _live_lock:
-                    _live.add(self)
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=False)
                 self._thread.start()
             self._cv.notify_all()

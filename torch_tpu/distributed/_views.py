@@ -22,6 +22,7 @@ What gloo cannot take as it is, the device converts first (``Staging``):
   converted back (two's-complement wrap-around, exactly as int16 arithmetic
   would wrap); for data movement every dtype travels as its bytes.
 """
+import contextlib
 import ctypes
 from typing import Callable, List, Optional
 
@@ -187,13 +188,8 @@ class Staging:
         after, self._after = self._after, []
         # As a collective's own writes, the copies back bypass autograd (a
         # leaf that requires grad may be reduced in place, as with NCCL).
-        with torch.no_grad():
-            if after:
-                if self.stream is not None:
-                    with torch.tpu.stream(self.stream):
-                        for fn in after:
-                            fn()
-                else:
-                    for fn in after:
-                        fn()
+        on_stream = torch.tpu.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        with torch.no_grad(), on_stream:
+            for fn in after:
+                fn()
         self._keep = []

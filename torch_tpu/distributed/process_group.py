@@ -87,8 +87,7 @@ def _quiesce_at_exit() -> None:
     exception"), with plain gloo as well."""
     for pg in list(_live_groups):
         try:
-            pg._comm.stop(join=True)
-            pg._gloo.shutdown()
+            pg.shutdown()
         except Exception:
             pass  # already shut down, or broken: nothing left to protect
 
@@ -120,10 +119,7 @@ class _Call:
 
     def __exit__(self, kind, error, tb) -> bool:
         if error is not None:
-            # Take part in the exchange so that the other ranks raise now,
-            # then raise this rank's own, more precise, error.
-            self.meta.fail()
-            self.pg._in_order(self.exchange_quietly)
+            self.abandon()  # then raise this rank's own, more precise, error
             return False
         if self.staging.stream is None:
             self.is_async = False  # CPU tensors, or none: gloo's own semantics
@@ -135,12 +131,17 @@ class _Call:
                 # here, before the exchange, so that every rank raises.
                 self.staging.drain()
             except Exception as e:
-                self.meta.fail()
-                self.exchange_quietly()
+                self.abandon()
                 raise RuntimeError(f"tpu_dist {self.name} (collective #{self.seq}): the work queued before it "
                                    f"failed: {e}") from e
             self.pg._exchange(self)
         return False
+
+    def abandon(self) -> None:
+        """This rank cannot run the call: it still takes part in the
+        exchange (in program order), so that the other ranks raise now."""
+        self.meta.fail()
+        self.pg._in_order(self.exchange_quietly)
 
     def exchange_quietly(self) -> None:
         try:
@@ -243,8 +244,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         pass  # numbers start at 0 on every rank and advance in step
 
     def shutdown(self) -> None:
-        self._comm.drain()
-        self._comm.stop(join=True)
+        self._comm.stop(join=True)  # after the calls it holds
         self._gloo.shutdown()
 
     def abort(self) -> None:
@@ -284,8 +284,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
             # The stream waits for the signal with no deadline: set it, or
             # the stream never drains. The exchange tells the other ranks.
             signal.set(False, f"not run: {e}")
-            call.meta.fail()
-            self._in_order(call.exchange_quietly)
+            call.abandon()
             raise
         work = AsyncWork(call.name, signal_name, done, stream, outputs)
 
