@@ -1,6 +1,8 @@
 """torch_tpu._C._Signal, the host signal behind tpu_dist's async calls
 (tpu/signal.h): a stream waits for it without blocking the host, its
-deadline starts when it is armed, and bad timeouts are refused."""
+deadline starts when it is armed, and bad timeouts are refused. The suite
+runs in strict and fused mode; debug mode's inline wait is covered by
+tests/c/test_runtime_signal.c."""
 import math
 import threading
 import time
@@ -16,12 +18,6 @@ def _wait_on_current(sig, timeout_s):
     s = torch.tpu.current_stream()
     sig.wait_on(s.stream_id, s.device_index, timeout_s)
     return s
-
-
-@pytest.fixture(autouse=True)
-def _not_debug():
-    if torch.tpu.get_mode() == "debug":
-        pytest.skip("debug mode waits inline (tests/c/test_runtime_signal.c covers it)")
 
 
 def test_later_work_waits_and_the_host_does_not():
