@@ -14,7 +14,13 @@
  * the result equals the reference kernel's bit for bit. Operands are
  * converted (f16/bf16 -> f32, precision parts) while packing, and the
  * alpha/beta/bias step and rounding to out.dtype happen when a C block is
- * written out. */
+ * written out.
+ *
+ * Chains of bf16 values (matmul.h, tpu_k_mm_flushes) flush subnormals.
+ * They run gemm_bf16.c's pair kernel where the CPU has VDPBF16PS (two k
+ * steps per 32-bit pair, twice the products per instruction), else an
+ * f32 kernel under MXCSR's FTZ/DAZ, else the portable flushing kernel;
+ * all three give the reference kernel's bytes. */
 #include <stdlib.h>
 
 #include "convert.h"
@@ -64,6 +70,26 @@ static void tpu_k_gemm_f32_c_4x8(int64_t kc, const float *a, int64_t rsa, int64_
         gemm_c_4x8_body(kc, a, 1, csa, b, ldb, c, ldc, accumulate);
     else
         gemm_c_4x8_body(kc, a, rsa, csa, b, ldb, c, ldc, accumulate);
+}
+
+/* The portable kernel for chains of bf16 values: the same tile with
+ * matmul.h's flushing step (the SIMD kernels get it from MXCSR). Packed
+ * panels only (rsa = 1). */
+static void tpu_k_gemm_f32_c_4x8_flush(int64_t kc, const float *a, int64_t rsa, int64_t csa,
+                                       const float *b, int64_t ldb, float *c, int64_t ldc,
+                                       bool accumulate) {
+    (void)rsa;
+    float acc[4][8];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
+    for (int64_t k = 0; k < kc; k++)
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 8; j++)
+                acc[i][j] = tpu_k_mm_fma_flush(a[i + k * csa], b[k * ldb + j], acc[i][j]);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++)
+            c[i * ldc + j] = acc[i][j];
 }
 
 static bool always_available(void) {
@@ -190,25 +216,7 @@ const tpu_k_gemm_config *tpu_k_gemm_config_get(void) {
 
 /* ------------------------------------------------------------ packing */
 
-/* What packing needs to know about the op. */
-typedef struct {
-    const tpu_tensor *a, *b;
-    tpu_dtype dt;
-    tpu_precision prec;
-    int passes;
-} pack_ctx;
-
-/* Operand value (row, k) converted to f32 and split into precision part
- * `part`. Inlined with dt, prec and side fixed at each call site, so the
- * dtype switch and the precision test fold away. */
-static inline __attribute__((always_inline)) float packed_value(const tpu_tensor *t, int64_t row,
-                                                                int64_t col, tpu_dtype dt,
-                                                                tpu_precision prec,
-                                                                tpu_k_mm_side side, int part) {
-    int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2; /* a constant once inlined */
-    const char *p = (const char *)t->data + (row * t->strides[0] + col * t->strides[1]) * es;
-    return tpu_k_mm_part(tpu_k_load_f32(p, dt), dt, prec, side, part);
-}
+typedef tpu_k_gemm_operands pack_ctx;
 
 /* Packs rows [i0, i0 + mb) x packed k [p0, p0 + kb) of A into panels of
  * mr rows: panel q holds, for each packed k t, the values of its mr rows
@@ -225,7 +233,7 @@ static inline __attribute__((always_inline)) void pack_a_as(const pack_ctx *cx, 
             int part = (int)(kk % passes);
             float *col = panel + t * mr;
             for (int64_t r = 0; r < rows; r++)
-                col[r] = packed_value(cx->a, i0 + ir + r, k, dt, prec, TPU_K_MM_LHS, part);
+                col[r] = tpu_k_gemm_packed_value(cx->a, i0 + ir + r, k, dt, prec, TPU_K_MM_LHS, part);
             for (int64_t r = rows; r < mr; r++)
                 col[r] = 0.0f;
         }
@@ -246,7 +254,7 @@ static inline __attribute__((always_inline)) void pack_b_as(const pack_ctx *cx, 
             int part = (int)(kk % passes);
             float *row = panel + t * nr;
             for (int64_t c = 0; c < cols; c++)
-                row[c] = packed_value(cx->b, k, j0 + jr + c, dt, prec, TPU_K_MM_RHS, part);
+                row[c] = tpu_k_gemm_packed_value(cx->b, k, j0 + jr + c, dt, prec, TPU_K_MM_RHS, part);
             for (int64_t c = cols; c < nr; c++)
                 row[c] = 0.0f;
         }
@@ -352,6 +360,63 @@ static float *alloc_floats(int64_t n) {
 
 /* ------------------------------------------------------------- driver */
 
+/* The kernel and blocking one MM runs with: the bf16 pair kernel, or an
+ * f32 kernel, the latter under MXCSR's flush-to-zero and denormals-are-
+ * zero when the chain flushes (x86's FMA then computes matmul.h's
+ * flushing step exactly, tininess after rounding included). */
+typedef struct {
+    int64_t mr, nr, mc, kc, nc;
+    tpu_k_gemm_pair_ukernel pair; /* NULL: f32 */
+    tpu_k_gemm_ukernel f32;
+    bool mxcsr_flush;
+} gemm_plan;
+
+static gemm_plan plan_of(const tpu_op *op) {
+    bool flush = tpu_k_mm_flushes(op);
+    const tpu_k_gemm_pair_config *pc = flush ? tpu_k_gemm_pair_config_get() : NULL;
+    if (pc != NULL)
+        return (gemm_plan){pc->mr, pc->nr, pc->mc, pc->kc, pc->nc, pc->kernel, NULL, false};
+    const tpu_k_gemm_config *cfg = tpu_k_gemm_config_get();
+    gemm_plan p = {cfg->mr, cfg->nr, cfg->mc, cfg->kc, cfg->nc, NULL, cfg->kernel, false};
+    if (flush) {
+        if (cfg->kernel == tpu_k_gemm_f32_c_4x8)
+            p.f32 = tpu_k_gemm_f32_c_4x8_flush;
+        else
+            p.mxcsr_flush = true;
+    }
+    return p;
+}
+
+/* Runs every micro-tile of an mb x nb C block over packed k block kb. */
+static void run_tiles(const gemm_plan *p, int64_t kb, int64_t mb, int64_t nb, const float *apack,
+                      const float *bpack, float *cbuf, int64_t ldc, bool accumulate) {
+    if (p->pair != NULL) {
+        int64_t kq = (kb + 1) / 2;
+        const uint32_t *a = (const uint32_t *)apack, *b = (const uint32_t *)bpack;
+        for (int64_t jr = 0; jr < nb; jr += p->nr)
+            for (int64_t ir = 0; ir < mb; ir += p->mr)
+                p->pair(kq, a + ir * kq, b + jr * kq, cbuf + ir * ldc + jr, ldc, accumulate);
+        return;
+    }
+#if TPU_K_X86
+    /* FTZ (bit 15) and DAZ (bit 6), for the tiles only: packing and the
+     * final store keep IEEE subnormals. */
+    unsigned int saved = 0;
+    if (p->mxcsr_flush) {
+        saved = _mm_getcsr();
+        _mm_setcsr(saved | 0x8040u);
+    }
+#endif
+    for (int64_t jr = 0; jr < nb; jr += p->nr)
+        for (int64_t ir = 0; ir < mb; ir += p->mr)
+            p->f32(kb, apack + ir * kb, 1, p->mr, bpack + jr * kb, p->nr, cbuf + ir * ldc + jr,
+                   ldc, accumulate);
+#if TPU_K_X86
+    if (p->mxcsr_flush)
+        _mm_setcsr(saved);
+#endif
+}
+
 tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
     if (op->out.dtype == TPU_DTYPE_F64 || op->in[0].sizes[1] == 0)
         return tpu_k_mm_ref(op, ith, nth);
@@ -359,16 +424,17 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
     if (m0 >= m1 || n0 >= n1)
         return TPU_OK;
-    const tpu_k_gemm_config *cfg = tpu_k_gemm_config_get();
+    const gemm_plan plan = plan_of(op);
     pack_ctx cx = {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
                    tpu_k_mm_passes(op)};
     /* K * passes fits: K f32 elements exist, so 4 * K < 2^63. */
     int64_t kp = op->in[0].sizes[1] * cx.passes;
-    int64_t mr = cfg->mr, nr = cfg->nr;
-    /* Blocks no larger than this share needs, padded to whole tiles. */
-    int64_t mcb = m1 - m0 < cfg->mc ? m1 - m0 : cfg->mc;
-    int64_t ncb = n1 - n0 < cfg->nc ? n1 - n0 : cfg->nc;
-    int64_t kcb = kp < cfg->kc ? kp : cfg->kc;
+    int64_t mr = plan.mr, nr = plan.nr;
+    /* Blocks no larger than this share needs, padded to whole tiles (a
+     * pair panel needs half the room of an f32 one). */
+    int64_t mcb = m1 - m0 < plan.mc ? m1 - m0 : plan.mc;
+    int64_t ncb = n1 - n0 < plan.nc ? n1 - n0 : plan.nc;
+    int64_t kcb = kp < plan.kc ? kp : plan.kc;
     mcb = (mcb + mr - 1) / mr * mr;
     ncb = (ncb + nr - 1) / nr * nr;
     float *apack = alloc_floats(mcb * kcb), *bpack = alloc_floats(kcb * ncb);
@@ -381,19 +447,21 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
                              tpu_k_op_label(op));
     }
     const int64_t ldc = ncb;
-    for (int64_t ic = m0; ic < m1; ic += cfg->mc) {
-        int64_t mb = m1 - ic < cfg->mc ? m1 - ic : cfg->mc;
-        for (int64_t jc = n0; jc < n1; jc += cfg->nc) {
-            int64_t nb = n1 - jc < cfg->nc ? n1 - jc : cfg->nc;
-            for (int64_t pc = 0; pc < kp; pc += cfg->kc) {
-                int64_t kb = kp - pc < cfg->kc ? kp - pc : cfg->kc;
-                pack_b(&cx, pc, kb, jc, nb, (int)nr, bpack);
-                pack_a(&cx, ic, mb, pc, kb, (int)mr, apack);
-                /* Tiles of the C block; the first k block starts the chains. */
-                for (int64_t jr = 0; jr < nb; jr += nr)
-                    for (int64_t ir = 0; ir < mb; ir += mr)
-                        cfg->kernel(kb, apack + ir * kb, 1, mr, bpack + jr * kb, nr,
-                                    cbuf + ir * ldc + jr, ldc, pc > 0);
+    for (int64_t ic = m0; ic < m1; ic += plan.mc) {
+        int64_t mb = m1 - ic < plan.mc ? m1 - ic : plan.mc;
+        for (int64_t jc = n0; jc < n1; jc += plan.nc) {
+            int64_t nb = n1 - jc < plan.nc ? n1 - jc : plan.nc;
+            for (int64_t pc = 0; pc < kp; pc += plan.kc) {
+                int64_t kb = kp - pc < plan.kc ? kp - pc : plan.kc;
+                if (plan.pair != NULL) {
+                    tpu_k_gemm_pack_b_pairs(&cx, pc, kb, jc, nb, (int)nr, (uint32_t *)bpack);
+                    tpu_k_gemm_pack_a_pairs(&cx, ic, mb, pc, kb, (int)mr, (uint32_t *)apack);
+                } else {
+                    pack_b(&cx, pc, kb, jc, nb, (int)nr, bpack);
+                    pack_a(&cx, ic, mb, pc, kb, (int)mr, apack);
+                }
+                /* The first k block starts the chains. */
+                run_tiles(&plan, kb, mb, nb, apack, bpack, cbuf, ldc, pc > 0);
             }
             /* The chains are complete: finish and store this C block. */
             store_block(op, ic, mb, jc, nb, cbuf, ldc);

@@ -22,6 +22,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "matmul.h"
+
 typedef void (*tpu_k_gemm_ukernel)(int64_t kc, const float *a, int64_t rsa, int64_t csa,
                                    const float *b, int64_t ldb, float *c, int64_t ldc,
                                    bool accumulate);
@@ -38,5 +40,61 @@ typedef struct {
 /* The fastest micro-kernel the ISA cap (tpu_kernels_get_isa) allows:
  * AVX-512 8x32, AVX2+FMA 6x16 or portable 4x8. Never NULL; thread-safe. */
 const tpu_k_gemm_config *tpu_k_gemm_config_get(void);
+
+/* ------------------------------------------------ bf16 pair products
+ *
+ * For chains of bf16 values (matmul.h: bf16 operands, f32 at HIGH and
+ * MEDIUM), on CPUs with AVX512-BF16, a micro-kernel of dot products of
+ * bf16 pairs (gemm_bf16.c). Panels hold one uint32 per pair of packed k
+ * (kk, kk + 1): kk's bf16 bits in the high half, kk + 1's in the low
+ * half, because VDPBF16PS adds the high product first: each output stays
+ * the in-order flushing chain of matmul.h, bit for bit. A k tail of odd
+ * length is padded with the product (-0) * (+0), which adds nothing.
+ * The A panel of mr rows holds a[t * mr + i] for pair t, the B panel of
+ * nr columns b[t * nr + j]; c and `accumulate` as for the f32 kernels. */
+typedef void (*tpu_k_gemm_pair_ukernel)(int64_t kpairs, const uint32_t *a, const uint32_t *b,
+                                        float *c, int64_t ldc, bool accumulate);
+
+typedef struct {
+    const char *name;
+    int32_t mr, nr;
+    int32_t mc, kc, nc; /* kc counts packed k and is even */
+    tpu_k_gemm_pair_ukernel kernel;
+} tpu_k_gemm_pair_config;
+
+/* The pair kernel, or NULL when the CPU lacks AVX512-BF16, the ISA cap
+ * is below avx512, or the instruction failed the one-time check that it
+ * computes the flushing chain of matmul.h bit for bit. Thread-safe. */
+const tpu_k_gemm_pair_config *tpu_k_gemm_pair_config_get(void);
+
+/* What packing reads: the operands, their dtype, the precision and the
+ * terms per k (matmul.h). */
+typedef struct {
+    const tpu_tensor *a, *b;
+    tpu_dtype dt;
+    tpu_precision prec;
+    int passes;
+} tpu_k_gemm_operands;
+
+/* Packs rows [i0, i0 + mb) x packed k [p0, p0 + kb) of A (p0 even) into
+ * pair panels of mr rows; rows past mb are zero. */
+void tpu_k_gemm_pack_a_pairs(const tpu_k_gemm_operands *cx, int64_t i0, int64_t mb, int64_t p0,
+                             int64_t kb, int mr, uint32_t *dst);
+
+/* Packs packed k [p0, p0 + kb) (p0 even) x columns [j0, j0 + nb) of B
+ * into pair panels of nr columns; columns past nb are zero. */
+void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t kb, int64_t j0,
+                             int64_t nb, int nr, uint32_t *dst);
+
+/* Operand value (row, col) of t converted to f32 and split into precision
+ * part `part` (matmul.h). Inlined with dt, prec and side fixed at each
+ * call site, so the dtype switch and the precision test fold away. */
+static inline __attribute__((always_inline)) float
+tpu_k_gemm_packed_value(const tpu_tensor *t, int64_t row, int64_t col, tpu_dtype dt,
+                        tpu_precision prec, tpu_k_mm_side side, int part) {
+    int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2; /* a constant once inlined */
+    const char *p = (const char *)t->data + (row * t->strides[0] + col * t->strides[1]) * es;
+    return tpu_k_mm_part(tpu_k_load_f32(p, dt), dt, prec, side, part);
+}
 
 #endif

@@ -84,14 +84,17 @@ tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
     tpu_dtype dt = op->out.dtype;
     tpu_precision prec = op->p.mm.precision;
     int passes = tpu_k_mm_passes(op);
+    bool flush = tpu_k_mm_flushes(op);
     for (int64_t i = m0; i < m1; i++)
         for (int64_t j = n0; j < n1; j++) {
             float acc = 0.0f;
             for (int64_t k = 0; k < k_size; k++) {
                 float x = tpu_k_mm_load(a, i, k), y = tpu_k_mm_load(b, k, j);
-                for (int p = 0; p < passes; p++)
-                    acc = fmaf(tpu_k_mm_part(x, dt, prec, TPU_K_MM_LHS, p),
-                               tpu_k_mm_part(y, dt, prec, TPU_K_MM_RHS, p), acc);
+                for (int p = 0; p < passes; p++) {
+                    float xp = tpu_k_mm_part(x, dt, prec, TPU_K_MM_LHS, p);
+                    float yp = tpu_k_mm_part(y, dt, prec, TPU_K_MM_RHS, p);
+                    acc = flush ? tpu_k_mm_fma_flush(xp, yp, acc) : fmaf(xp, yp, acc);
+                }
             }
             tpu_k_mm_store_f32(op, i, j, acc);
         }

@@ -13,10 +13,20 @@
  *       lo = bf16(x - hi) (lo = 0 when hi is not finite, so infinities
  *       stay infinities); exact products.
  * f64 operands: one f64 accumulator with fma, precision ignored. Because
- * both paths use this exact order, they agree bit for bit. */
+ * both paths use this exact order, they agree bit for bit.
+ *
+ * Chains of bf16 values (bf16 operands, f32 at HIGH and MEDIUM) follow
+ * the matrix unit's rule for subnormals, a TPU's and x86's VDPBF16PS
+ * alike: each step is acc = ftz(fma(daz(a'), daz(b'), daz(acc))), where
+ * daz reads a subnormal operand as zero of its sign and ftz writes zero
+ * of the result's sign when the result is tiny: below FLT_MIN after
+ * rounding to 24 bits with an unbounded exponent (x86's rule, so FLT_MIN
+ * minus less than half an ulp still counts as FLT_MIN). f16 and f32
+ * HIGHEST chains keep subnormals. tpu_k_mm_fma_flush is the step. */
 #ifndef TPU_KERNELS_MATMUL_H
 #define TPU_KERNELS_MATMUL_H
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,6 +59,41 @@ static inline float tpu_k_mm_part(float x, tpu_dtype dt, tpu_precision prec, tpu
     if (!want_lo)
         return hi;
     return isfinite(hi) ? tpu_k_round_bf16(x - hi) : 0.0f;
+}
+
+/* True when op's chain is one of bf16 values and so flushes subnormals
+ * (the numerics above). */
+static inline bool tpu_k_mm_flushes(const tpu_op *op) {
+    return op->out.dtype == TPU_DTYPE_BF16 ||
+           (op->out.dtype == TPU_DTYPE_F32 && op->p.mm.precision != TPU_PRECISION_HIGHEST);
+}
+
+/* x, or zero of its sign when x is subnormal. */
+static inline float tpu_k_flush_subnormal(float x) {
+    return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x;
+}
+
+/* One step of a flushing chain (the numerics above) for bf16 values a
+ * and b: ftz(fma(daz(a), daz(b), daz(acc))). */
+static inline float tpu_k_mm_fma_flush(float a, float b, float acc) {
+    a = tpu_k_flush_subnormal(a);
+    b = tpu_k_flush_subnormal(b);
+    acc = tpu_k_flush_subnormal(acc);
+    float r = fmaf(a, b, acc);
+    if (fabsf(r) < FLT_MIN)
+        return copysignf(0.0f, r);
+    if (fabsf(r) == FLT_MIN) {
+        /* Rounded to 24 bits with an unbounded exponent, the exact sum is
+         * tiny when below FLT_MIN - 2^-151 (the tie goes to FLT_MIN, the
+         * even neighbour). The double fma is exact here: a sum this close
+         * to FLT_MIN has no bits below 2^-166 unless the product is far
+         * smaller than the threshold's distance from acc (a multiple of
+         * 2^-149), and then its rounding cannot cross the threshold. */
+        double d = fma((double)a, (double)b, (double)acc);
+        if (fabs(d) < (double)FLT_MIN - 0x1p-151)
+            return copysignf(0.0f, r);
+    }
+    return r;
 }
 
 /* Loads element (i, k) of a 2-d f32/f16/bf16 operand as f32. */

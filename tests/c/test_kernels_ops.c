@@ -18,7 +18,10 @@
  * L_ODD: row-major, but data 1 byte past an aligned address (host
  * buffers such as torch.frombuffer with an odd offset). */
 enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST, L_ODD, L_COLB };
-enum { S_NONE, S_SPECIALS, S_NAN_BIAS, S_INT_EDGE };
+/* S_TINY: bf16 values whose products fall around FLT_MIN (exponents -70
+ * to -60, 8-bit significands, 1 in 32 subnormal), for the flushing
+ * chains of matmul.h; their partial sums stay exact in double. */
+enum { S_NONE, S_SPECIALS, S_NAN_BIAS, S_INT_EDGE, S_TINY };
 
 typedef struct {
     tpu_tensor t;
@@ -32,6 +35,13 @@ static void t_store_random(unsigned char *p, tpu_dtype dt, int special) {
     double v = t_unit() * 8.0 - 4.0;
     if (special == S_SPECIALS && t_rand() % 8 == 0)
         v = specials[t_rand() % (sizeof specials / sizeof specials[0])];
+    if (special == S_TINY) {
+        static const double subnormals[] = {0x1p-128, -0x1p-127, 0x3p-130, -0x1p-133};
+        double m = 1.0 + (double)(t_rand() % 128) / 128.0;
+        v = ldexp(t_rand() % 2 ? -m : m, (int)(t_rand() % 11) - 70);
+        if (t_rand() % 32 == 0)
+            v = subnormals[t_rand() % 4];
+    }
     uint64_t r = t_rand();
     switch (dt) {
     case TPU_DTYPE_F32: { float f = (float)v; memcpy(p, &f, 4); break; }
@@ -263,6 +273,11 @@ static const krow k_rows[] = {
     {"mm f64", T_MM, 2, {20, 50, 30}, F64, {F64, F64}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-14},
     {"mm k=0", T_MM, 2, {5, 0, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
     {"mm m=0", T_MM, 2, {0, 4, 6}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-6},
+    /* flushing chains (matmul.h) around FLT_MIN, exact */
+    {"mm bf16 tiny", T_MM, 2, {37, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"mm bf16 tiny weight", T_MM, 2, {9, 33, 70}, BF16, {BF16, BF16}, 2, L_CONTIG, L_TRANS, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"mm f32 medium tiny", T_MM, 2, {20, 40, 33}, F32, {F32, F32}, 2, L_TRANS, L_CONTIG, 0, 1, 0, TPU_PRECISION_MEDIUM, S_TINY, 0},
+    {"mm bf16 tiny blocks", T_MM, 2, {150, 600, 40}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"addmm f32", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"addmm f32 bcast bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"addmm beta 0 nan bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 1.5, 0, TPU_PRECISION_HIGH, S_NAN_BIAS, 2e-4},
@@ -431,7 +446,36 @@ static void expect_reduce(const krow *r, const tpu_op *op, int64_t e, expect *x)
     }
 }
 
+/* f32 x flushed as matmul.h's chains flush: zero of its sign when
+ * subnormal. */
+static double t_daz(double x) {
+    return fabs(x) < 0x1p-126 ? copysign(0.0, x) : x;
+}
+
+/* matmul.h's flushing chain for bf16-valued operands, written from its
+ * definition: the exact sum (exact in double for S_TINY data) rounded to
+ * 24 bits with an unbounded exponent decides tininess; a tiny result is
+ * zero of its sign, any other is the f32 rounding. */
+static double t_chain_flush(const tpu_op *op, int64_t i, int64_t j) {
+    double acc = 0.0;
+    for (int64_t k = 0; k < op->in[0].sizes[1]; k++) {
+        double a = t_daz(t_read_f(t_at2(&op->in[0], i, k), op->in[0].dtype));
+        double b = t_daz(t_read_f(t_at2(&op->in[1], k, j), op->in[1].dtype));
+        double exact = a * b + acc;
+        double unbounded = t_round_fmt(exact, 23, -100000, 0x1.fffffep127);
+        acc = fabs(unbounded) < 0x1p-126 ? copysign(0.0, exact)
+                                          : t_round_fmt(exact, 23, -126, 0x1.fffffep127);
+    }
+    return acc;
+}
+
 static void expect_mm(const krow *r, const tpu_op *op, int64_t e, expect *x) {
+    if (r->special == S_TINY) { /* MM only: the chain, then out's rounding */
+        int64_t n = op->out.sizes[1];
+        x->f = t_quant(t_chain_flush(op, e / n, e % n), r->out);
+        x->mag = 0;
+        return;
+    }
     int64_t n = op->out.sizes[1], i = e / n, j = e % n, k_size = op->in[0].sizes[1];
     double s = 0, mag = 0;
     for (int64_t k = 0; k < k_size; k++) {
@@ -577,20 +621,23 @@ static void run_row(const krow *r) {
     }
 
     size_t es = t_size(r->out);
-    /* Reference, fast, and fast with the portable C variants forced. */
-    enum { WAYS = 5 };
+    /* Reference, fast, and fast with the ISA capped at portable C and at
+     * AVX2 (the f32 kernels under MXCSR for flushing chains). */
+    enum { WAYS = 6 };
     unsigned char *runs[WAYS];
     static const struct {
-        bool ref, portable;
+        bool ref;
+        tpu_isa isa;
         int nth;
-    } ways[WAYS] = {{true, false, 1}, {true, false, 3}, {false, false, 1}, {false, false, 3},
-                    {false, true, 3}};
+    } ways[WAYS] = {{true, TPU_ISA_COUNT - 1, 1},  {true, TPU_ISA_COUNT - 1, 3},
+                    {false, TPU_ISA_COUNT - 1, 1}, {false, TPU_ISA_COUNT - 1, 3},
+                    {false, TPU_ISA_PORTABLE, 3},  {false, TPU_ISA_AVX2, 3}};
     for (int w = 0; w < WAYS; w++) {
         for (int i = 0; i < n_bufs; i++)
             memcpy(in[i].alloc, in[i].pristine, in[i].bytes);
         memcpy(out.alloc, out.pristine, out.bytes);
         tpu_kernels_set_reference(ways[w].ref);
-        tpu_kernels_set_isa(ways[w].portable ? TPU_ISA_PORTABLE : TPU_ISA_COUNT - 1);
+        tpu_kernels_set_isa(ways[w].isa);
         CHECK_OK(run_shares(&op, ways[w].nth));
         tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
         runs[w] = malloc((size_t)(n ? n : 1) * es);
@@ -599,7 +646,7 @@ static void run_row(const krow *r) {
             memcpy(runs[w] + e * (int64_t)es, t_at(&op.out, e), es);
             if (!values_match(r, &want[e], t_at(&op.out, e)) && bad++ < 3)
                 fprintf(stderr, "    %s [%s nth=%d] element %lld: got %.9g / %lld, want %.9g / %lld\n",
-                        r->label, ways[w].ref ? "ref" : ways[w].portable ? "portable" : "fast",
+                        r->label, ways[w].ref ? "ref" : tpu_isa_name(ways[w].isa),
                         ways[w].nth, (long long)e,
                         t_read_f(t_at(&op.out, e), r->out), (long long)t_read_i(t_at(&op.out, e), r->out),
                         want[e].f, (long long)want[e].i);
@@ -626,6 +673,7 @@ static void run_row(const krow *r) {
     CHECK(memcmp(runs[0], runs[1], nbytes) == 0);
     CHECK(memcmp(runs[2], runs[3], nbytes) == 0);
     CHECK(memcmp(runs[3], runs[4], nbytes) == 0);
+    CHECK(memcmp(runs[3], runs[5], nbytes) == 0);
     if (r->op != T_SUM && r->op != T_MEAN) {
         bool same = true;
         for (int64_t e = 0; e < n; e++) {
@@ -648,9 +696,67 @@ done:
         tb_free(&out);
 }
 
+/* The edge of matmul.h's tininess rule, on every path and dtype that
+ * flushes: FLT_MIN, plus a product of -0.75 ulp, is tiny after rounding
+ * to 24 bits with an unbounded exponent (zero); plus -0.25 ulp it rounds
+ * back to FLT_MIN; then a pair whose two steps must round one by one. */
+static void test_mm_flush_edges(void) {
+    static const float a[2][6] = {{1.0f, -1.5f * 0x1p-76f, 0, 0, 0, 0},
+                                  {1.0f, -0x1p-77f, -1.0f, 1.0f, 0x1p-24f, 0x1p-24f}};
+    static const float b[6] = {0x1p-126f, 0x1p-75f, 0.0f, 1.0f, 1.0f, 1.0f};
+    static const float want[2] = {0.0f, 1.0f};
+    for (int dt = 0; dt < 2; dt++) {
+        tpu_dtype d = dt ? TPU_DTYPE_F32 : TPU_DTYPE_BF16;
+        size_t es = t_size(d);
+        unsigned char ab[2 * 6 * 4], bb[6 * 4], ob[2 * 4];
+        for (int i = 0; i < 12; i++) {
+            float v = a[i / 6][i % 6];
+            if (d == TPU_DTYPE_BF16) {
+                uint16_t h = tpu_f32_to_bf16(v);
+                memcpy(ab + i * es, &h, 2);
+            } else
+                memcpy(ab + i * es, &v, 4);
+        }
+        for (int i = 0; i < 6; i++) {
+            if (d == TPU_DTYPE_BF16) {
+                uint16_t h = tpu_f32_to_bf16(b[i]);
+                memcpy(bb + i * es, &h, 2);
+            } else
+                memcpy(bb + i * es, &b[i], 4);
+        }
+        tpu_op op;
+        memset(&op, 0, sizeof op);
+        t_set_kind(&op, T_MM);
+        op.n_in = 2;
+        op.p.mm.alpha = 1;
+        op.p.mm.precision = d == TPU_DTYPE_F32 ? TPU_PRECISION_MEDIUM : TPU_PRECISION_HIGHEST;
+        op.in[0] = (tpu_tensor){.data = ab, .sizes = {2, 6}, .strides = {6, 1}, .ndim = 2, .dtype = d,
+                                .storage = ab, .storage_nbytes = (int64_t)sizeof ab};
+        op.in[1] = (tpu_tensor){.data = bb, .sizes = {6, 1}, .strides = {1, 1}, .ndim = 2, .dtype = d,
+                                .storage = bb, .storage_nbytes = (int64_t)sizeof bb};
+        op.out = (tpu_tensor){.data = ob, .sizes = {2, 1}, .strides = {1, 1}, .ndim = 2, .dtype = d,
+                              .storage = ob, .storage_nbytes = (int64_t)sizeof ob};
+        CHECK_OK(tpu_op_check(&op));
+        for (int w = 0; w < 4; w++) {
+            static const tpu_isa isas[4] = {TPU_ISA_COUNT - 1, TPU_ISA_COUNT - 1, TPU_ISA_AVX2,
+                                            TPU_ISA_PORTABLE};
+            tpu_kernels_set_reference(w == 0);
+            tpu_kernels_set_isa(isas[w]);
+            CHECK_OK(run_shares(&op, 1));
+            for (int i = 0; i < 2; i++) {
+                double got = t_read_f(ob + i * es, d), oracle = t_chain_flush(&op, i, 0);
+                CHECK(got == want[i] && !signbit(got) && oracle == want[i]);
+            }
+        }
+        tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
+    }
+    tpu_kernels_set_reference(false);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
         run_row(&k_rows[i]);
+    test_mm_flush_edges();
     tpu_kernels_set_reference(false);
     return check_report();
 }
