@@ -28,6 +28,7 @@
 #include "kernels_internal.h"
 #include "matmul.h"
 #include "strided.h"
+#include "transpose_simd.h"
 
 #if TPU_K_X86
 #include <immintrin.h>
@@ -310,9 +311,75 @@ static bool pack_b_rows(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, 
     return true;
 }
 
+#if TPU_K_X86
+/* pack_b_cols for one ISA: W x W blocks (W = 16 or 8) of columns c0 ..
+ * c0+W and k t0 .. t0+W, each read as W runs down B's columns and
+ * transposed in registers; edges element by element. */
+#define PACK_B_COLS(NAME, TARGET, W, VEC, LOAD, TRANSPOSE, STORE)                                  \
+    __attribute__((target(TARGET))) static void NAME(const pack_ctx *cx, int64_t p0, int64_t kb,   \
+                                                     int64_t j0, int64_t nb, int nr, float *dst) { \
+        const tpu_tensor *b = cx->b;                                                               \
+        const int64_t es = (int64_t)tpu_dtype_size(cx->dt), cstep = b->strides[1] * es;           \
+        for (int64_t jr = 0; jr < nb; jr += nr) {                                                  \
+            float *panel = dst + jr * kb;                                                          \
+            int64_t cols = nb - jr < nr ? nb - jr : nr, cw = cols / W * W, tw = kb / W * W;         \
+            for (int64_t c0 = 0; c0 < cw; c0 += W) {                                               \
+                const char *col = (const char *)b->data + (j0 + jr + c0) * cstep + p0 * es;        \
+                for (int64_t t0 = 0; t0 < tw; t0 += W) {                                           \
+                    VEC r[W], t[W];                                                                \
+                    for (int q = 0; q < W; q++)                                                    \
+                        r[q] = LOAD(col + q * cstep + t0 * es, cx->dt);                            \
+                    TRANSPOSE(r, t);                                                               \
+                    for (int q = 0; q < W; q++)                                                    \
+                        STORE(panel + (t0 + q) * nr + c0, t[q]);                                   \
+                }                                                                                  \
+            }                                                                                      \
+            for (int64_t t = 0; t < kb; t++) {                                                     \
+                float *row = panel + t * nr;                                                       \
+                int64_t c = t < tw ? cw : 0;                                                       \
+                for (; c < cols; c++)                                                              \
+                    row[c] = tpu_k_load_f32((const char *)b->data + (j0 + jr + c) * cstep +        \
+                                                (p0 + t) * es,                                     \
+                                            cx->dt);                                               \
+                for (; c < nr; c++)                                                                \
+                    row[c] = 0.0f;                                                                 \
+            }                                                                                      \
+        }                                                                                          \
+    }
+PACK_B_COLS(pack_b_cols_512, "avx512f", 16, __m512, tpu_k_load16_f32, tpu_k_transpose16,
+            _mm512_storeu_ps)
+PACK_B_COLS(pack_b_cols_avx2, "avx2,fma", 8, __m256, tpu_k_load8_f32, tpu_k_transpose8,
+            _mm256_storeu_ps)
+#undef PACK_B_COLS
+#endif
+
+/* B with unit row stride (a Linear's weight, transposed), aligned f32 at
+ * HIGHEST or bf16: the same values as pack_b_as, transposed in registers
+ * where the micro-kernel's width allows. */
+static bool pack_b_cols(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb,
+                        int nr, float *dst) {
+#if TPU_K_X86
+    pack_kind kind = pack_kind_of(cx);
+    if (cx->b->strides[0] != 1 || !tpu_k_is_aligned(cx->b) ||
+        (kind != PACK_F32 && kind != PACK_BF16))
+        return false;
+    if (nr % 16 == 0 && tpu_k_cpu_has_avx512()) {
+        pack_b_cols_512(cx, p0, kb, j0, nb, nr, dst);
+        return true;
+    }
+    if (nr % 8 == 0 && tpu_k_cpu_has_avx2_fma()) {
+        pack_b_cols_avx2(cx, p0, kb, j0, nb, nr, dst);
+        return true;
+    }
+#else
+    (void)cx, (void)p0, (void)kb, (void)j0, (void)nb, (void)nr, (void)dst;
+#endif
+    return false;
+}
+
 static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64_t nb, int nr,
                    float *dst) {
-    if (pack_b_rows(cx, p0, kb, j0, nb, nr, dst))
+    if (pack_b_rows(cx, p0, kb, j0, nb, nr, dst) || pack_b_cols(cx, p0, kb, j0, nb, nr, dst))
         return;
     switch (pack_kind_of(cx)) {
     case PACK_F32: pack_b_as(cx, TPU_DTYPE_F32, TPU_PRECISION_HIGHEST, 1, p0, kb, j0, nb, nr, dst); break;
@@ -326,8 +393,8 @@ static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64
 /* Writes a finished C block (mb x nb at rows ic, columns jc) to out. MM
  * with an aligned f32 out stores the accumulators directly; everything else goes
  * through tpu_k_mm_store_f32, which gives the same bytes for MM. */
-static void store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
-                        const float *cbuf, int64_t ldc) {
+void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
+                            const float *cbuf, int64_t ldc) {
     const tpu_tensor *o = &op->out;
     if (op->fn == TPU_MATMUL_MM && o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o)) {
         float *base = (float *)o->data;
@@ -422,7 +489,7 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
         return tpu_k_mm_ref(op, ith, nth);
     int64_t m0, m1, n0, n1;
     tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
-    if (m0 >= m1 || n0 >= n1)
+    if (m0 >= m1 || n0 >= n1 || tpu_k_gemv(op, m0, m1, n0, n1))
         return TPU_OK;
     const gemm_plan plan = plan_of(op);
     pack_ctx cx = {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
@@ -464,7 +531,7 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
                 run_tiles(&plan, kb, mb, nb, apack, bpack, cbuf, ldc, pc > 0);
             }
             /* The chains are complete: finish and store this C block. */
-            store_block(op, ic, mb, jc, nb, cbuf, ldc);
+            tpu_k_gemm_store_block(op, ic, mb, jc, nb, cbuf, ldc);
         }
     }
     free(apack);

@@ -86,6 +86,25 @@ void tpu_k_gemm_pack_a_pairs(const tpu_k_gemm_operands *cx, int64_t i0, int64_t 
 void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t kb, int64_t j0,
                              int64_t nb, int nr, uint32_t *dst);
 
+/* Writes the finished f32 chains cbuf[i * ldc + j] (i < mb, j < nb) to
+ * out rows [ic, ic + mb) x columns [jc, jc + nb), through the alpha/beta
+ * step and rounding of tpu_k_mm_store_f32 (whole rows at once where out
+ * allows; the same bytes). */
+void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
+                            const float *cbuf, int64_t ldc);
+
+/* ---------------------------------------------------- skinny products */
+
+/* At most this many output rows take tpu_k_gemv. */
+#define TPU_K_GEMV_MAX_M 4
+
+/* Computes output rows [m0, m1) x columns [n0, n1) of an MM/ADDMM
+ * without packing (gemv.c) and returns true, when the share qualifies:
+ * m1 - m0 <= TPU_K_GEMV_MAX_M, f32 at HIGHEST or bf16 operands, B
+ * aligned with a unit stride, a CPU with AVX2+FMA. Else returns false
+ * and writes nothing. The bytes are the reference kernel's. */
+bool tpu_k_gemv(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
 /* Operand value (row, col) of t converted to f32 and split into precision
  * part `part` (matmul.h). Inlined with dt, prec and side fixed at each
  * call site, so the dtype switch and the precision test fold away. */

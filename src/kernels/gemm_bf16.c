@@ -11,6 +11,7 @@
 #include "kernels_internal.h"
 #include "matmul.h"
 #include "strided.h"
+#include "transpose_simd.h"
 
 #if TPU_K_X86
 #include <immintrin.h>
@@ -181,6 +182,31 @@ pack_b_pairs_as(const tpu_k_gemm_operands *cx, tpu_dtype dt, tpu_precision prec,
     }
 }
 
+#if TPU_K_X86
+/* Pairs t < tw of columns c < cw (both multiples of 16) of the panel
+ * whose first column is B's column j: 16 columns x 16 pairs at a time,
+ * read as 16 runs of 32 bf16 down the columns, transposed as 32-bit
+ * words and rotated into the panel's order (kk high, kk + 1 low). */
+__attribute__((target("avx512f"))) static void transpose_pairs_512(const tpu_tensor *b, int64_t p0,
+                                                                  int64_t j, int64_t cw,
+                                                                  int64_t tw, int nr,
+                                                                  uint32_t *panel) {
+    const int64_t cstep = b->strides[1] * 2;
+    for (int64_t c0 = 0; c0 < cw; c0 += 16) {
+        const char *col = (const char *)b->data + (j + c0) * cstep + p0 * 2;
+        for (int64_t t0 = 0; t0 < tw; t0 += 16) {
+            __m512 r[16], t[16];
+            for (int q = 0; q < 16; q++)
+                r[q] = tpu_k_load16_f32(col + q * cstep + t0 * 4, TPU_DTYPE_F32);
+            tpu_k_transpose16(r, t);
+            for (int q = 0; q < 16; q++)
+                _mm512_storeu_si512(panel + (t0 + q) * nr + c0,
+                                    _mm512_ror_epi32(_mm512_castps_si512(t[q]), 16));
+        }
+    }
+}
+#endif
+
 void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t kb, int64_t j0,
                              int64_t nb, int nr, uint32_t *dst) {
     const tpu_tensor *b = cx->b;
@@ -208,13 +234,22 @@ void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t 
     }
     if (cx->dt == TPU_DTYPE_BF16 && b->strides[0] == 1 && halves_aligned(b)) {
         /* Columns contiguous in k (a Linear's weight, transposed): each
-         * pair is one 32-bit read down the column. */
+         * pair is one 32-bit read down the column; blocks of 16 columns
+         * x 16 pairs are transposed in registers. */
         for (int64_t jr = 0; jr < nb; jr += nr) {
             uint32_t *panel = dst + jr * kq;
             int64_t cols = nb - jr < nr ? nb - jr : nr;
+            int64_t cw = 0, tw = 0;
+#if TPU_K_X86
+            if (nr % 16 == 0) {
+                cw = cols / 16 * 16;
+                tw = kb / 32 * 16;
+                transpose_pairs_512(b, p0, j0 + jr, cw, tw, nr, panel);
+            }
+#endif
             for (int64_t c = 0; c < cols; c++) {
                 const uint16_t *src = (const uint16_t *)b->data + (j0 + jr + c) * b->strides[1] + p0;
-                for (int64_t t = 0; t < kb / 2; t++)
+                for (int64_t t = c < cw ? tw : 0; t < kb / 2; t++)
                     panel[t * nr + c] = swap_halves(src + 2 * t);
                 if (kb % 2)
                     panel[(kq - 1) * nr + c] = (uint32_t)src[kb - 1] << 16 | PAD_B;

@@ -62,10 +62,9 @@ void tpu_k_mm_store_f64(const tpu_op *op, int64_t i, int64_t j, double acc) {
 }
 
 /* The plain triple loop: one dot product per output, per matmul.h. */
-tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
+void tpu_k_mm_ref_block(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     const tpu_tensor *a = &op->in[0], *b = &op->in[1];
-    int64_t m0, m1, n0, n1, k_size = a->sizes[1];
-    tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
+    int64_t k_size = a->sizes[1];
     if (op->out.dtype == TPU_DTYPE_F64) {
         for (int64_t i = m0; i < m1; i++)
             for (int64_t j = n0; j < n1; j++) {
@@ -79,7 +78,7 @@ tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
                 }
                 tpu_k_mm_store_f64(op, i, j, acc);
             }
-        return TPU_OK;
+        return;
     }
     tpu_dtype dt = op->out.dtype;
     tpu_precision prec = op->p.mm.precision;
@@ -98,5 +97,11 @@ tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
             }
             tpu_k_mm_store_f32(op, i, j, acc);
         }
+}
+
+tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
+    int64_t m0, m1, n0, n1;
+    tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
+    tpu_k_mm_ref_block(op, m0, m1, n0, n1);
     return TPU_OK;
 }

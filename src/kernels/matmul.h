@@ -110,4 +110,8 @@ void tpu_k_mm_store_f32(const tpu_op *op, int64_t i, int64_t j, float acc);
 /* The same for f64 operands. */
 void tpu_k_mm_store_f64(const tpu_op *op, int64_t i, int64_t j, double acc);
 
+/* The reference kernel's work on output rows [m0, m1) x columns
+ * [n0, n1): each output's chain, in order of k, then its store. */
+void tpu_k_mm_ref_block(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+
 #endif

@@ -16,8 +16,9 @@
 /* L_BCAST: dim 0 has stride 0 (a row broadcast down the rows); L_COLB:
  * the last dim has stride 0 (a column broadcast along each row).
  * L_ODD: row-major, but data 1 byte past an aligned address (host
- * buffers such as torch.frombuffer with an odd offset). */
-enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST, L_ODD, L_COLB };
+ * buffers such as torch.frombuffer with an odd offset). L_WEIGHT, for
+ * matrix products: A row-major, B column-major (a Linear's weight). */
+enum { L_CONTIG, L_TRANS, L_NEG, L_PAD, L_BCAST, L_ODD, L_COLB, L_WEIGHT };
 /* S_TINY: bf16 values whose products fall around FLT_MIN (exponents -70
  * to -60, 8-bit significands, 1 in 32 subnormal), for the flushing
  * chains of matmul.h; their partial sums stay exact in double. */
@@ -277,6 +278,26 @@ static const krow k_rows[] = {
     {"mm bf16 tiny", T_MM, 2, {37, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"mm bf16 tiny weight", T_MM, 2, {9, 33, 70}, BF16, {BF16, BF16}, 2, L_CONTIG, L_TRANS, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"mm f32 medium tiny", T_MM, 2, {20, 40, 33}, F32, {F32, F32}, 2, L_TRANS, L_CONTIG, 0, 1, 0, TPU_PRECISION_MEDIUM, S_TINY, 0},
+    /* skinny products (gemv.c): M <= 4, both layouts of B, k and column
+     * tails, the vector blocks of 16 and 8 and the column block of 1024 */
+    {"mm f32 weight", T_MM, 2, {40, 300, 100}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
+    {"mm bf16 weight", T_MM, 2, {40, 301, 100}, BF16, {BF16, BF16}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"mm bf16 weight blocks", T_MM, 2, {9, 1100, 70}, BF16, {BF16, BF16}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv f32 1 row", T_MM, 2, {1, 37, 45}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 1 weight", T_MM, 2, {1, 37, 45}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 2 weight", T_MM, 2, {2, 64, 40}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 3 trans", T_MM, 2, {3, 19, 33}, F32, {F32, F32}, 2, L_CONTIG, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 4 wide", T_MM, 2, {4, 7, 2100}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 4 weight wide", T_MM, 2, {4, 33, 2100}, F32, {F32, F32}, 2, L_PAD, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 5 rows", T_MM, 2, {5, 17, 40}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 misaligned", T_MM, 2, {2, 17, 40}, F32, {F32, F32}, 2, L_CONTIG, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv bf16 1 row", T_MM, 2, {1, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv bf16 1 weight", T_MM, 2, {1, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv bf16 3 weight", T_MM, 2, {3, 300, 70}, BF16, {BF16, BF16}, 2, L_TRANS, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv bf16 4 rows", T_MM, 2, {4, 35, 1100}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv f32 medium", T_MM, 2, {1, 40, 33}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_MEDIUM, S_TINY, 0},
+    {"gemv addmm f32", T_ADDMM, 2, {2, 31, 50}, F32, {F32, F32, F32}, 3, L_CONTIG, L_WEIGHT, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv addmm bf16 bcast", T_ADDMM, 2, {1, 31, 50}, BF16, {BF16, BF16, BF16}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"mm bf16 tiny blocks", T_MM, 2, {150, 600, 40}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"addmm f32", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"addmm f32 bcast bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
@@ -523,6 +544,8 @@ static void run_row(const krow *r) {
             layout = L_CONTIG; /* BCAST, COLB apply to in[1] (and a bias) */
         if (mm && i < 2 && layout == L_BCAST)
             layout = L_CONTIG;
+        if (layout == L_WEIGHT)
+            layout = i == 1 ? L_TRANS : L_CONTIG;
         int64_t shape[4];
         memcpy(shape, r->sizes, sizeof shape);
         int ndim = r->ndim;
