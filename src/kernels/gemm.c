@@ -4,9 +4,11 @@
  *
  * Loops, outermost first, over this share's rows [m0, m1) and columns
  * [n0, n1) (see tpu_k_mm_split):
- *   ic  rows in blocks of mc       A block (mc x kc) stays in L2
+ *   ip  rows in panels of 4 mc     C block (4 mc x nc, f32) in memory
  *   jc  columns in blocks of nc    B panel (kc x nc) stays in L3
- *   pc  packed k in blocks of kc   (packed k = k * passes, matmul.h)
+ *   pc  packed k in blocks of kc   (packed k = k * passes, matmul.h);
+ *                                  B is packed here, once per panel
+ *   ic  rows in blocks of mc       A block (mc x kc) stays in L2
  *   jr, ir  micro-tiles mr x nr    one B micro-panel stays in L1
  * The micro-kernel keeps an mr x nr tile of accumulators in registers and
  * continues the tile's chain from the f32 buffer C after the first pc
@@ -21,6 +23,7 @@
  * steps per 32-bit pair, twice the products per instruction), else an
  * f32 kernel under MXCSR's FTZ/DAZ, else the portable flushing kernel;
  * all three give the reference kernel's bytes. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "convert.h"
@@ -419,10 +422,52 @@ void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc
             tpu_k_mm_store_f32(op, ic + i, jc + j, cbuf[i * ldc + j]);
 }
 
-/* 64-byte aligned buffer of n floats (rounded up to whole cache lines). */
-static float *alloc_floats(int64_t n) {
+/* Per-thread packing buffers, kept between calls. A B panel and a C
+ * block reach megabytes, and a fresh allocation that large is a fresh
+ * mapping whose pages fault on every call; these grow to the largest
+ * size a thread has needed and are freed when the thread exits. */
+enum { WS_A, WS_B, WS_C, WS_SLOTS };
+typedef struct {
+    float *p[WS_SLOTS];
+    size_t bytes[WS_SLOTS];
+} gemm_workspace;
+
+static pthread_key_t g_ws_key;
+static bool g_ws_key_ok;
+static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
+
+static void ws_free(void *v) {
+    gemm_workspace *w = v;
+    for (int i = 0; i < WS_SLOTS; i++)
+        free(w->p[i]);
+    free(w);
+}
+
+static void ws_key_init(void) {
+    g_ws_key_ok = pthread_key_create(&g_ws_key, ws_free) == 0;
+}
+
+/* This thread's 64-byte aligned buffer `slot` of at least n floats, or
+ * NULL when memory runs out. Its contents are not kept. */
+static float *workspace(int slot, int64_t n) {
+    pthread_once(&g_ws_once, ws_key_init);
+    if (!g_ws_key_ok)
+        return NULL;
+    gemm_workspace *w = pthread_getspecific(g_ws_key);
+    if (w == NULL) {
+        w = calloc(1, sizeof *w);
+        if (w == NULL || pthread_setspecific(g_ws_key, w) != 0) {
+            free(w);
+            return NULL;
+        }
+    }
     size_t bytes = ((size_t)n * sizeof(float) + 63u) & ~(size_t)63u;
-    return aligned_alloc(64, bytes);
+    if (w->bytes[slot] < bytes) {
+        free(w->p[slot]);
+        w->p[slot] = aligned_alloc(64, bytes);
+        w->bytes[slot] = w->p[slot] != NULL ? bytes : 0;
+    }
+    return w->p[slot];
 }
 
 /* ------------------------------------------------------------- driver */
@@ -504,38 +549,42 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
     int64_t kcb = kp < plan.kc ? kp : plan.kc;
     mcb = (mcb + mr - 1) / mr * mr;
     ncb = (ncb + nr - 1) / nr * nr;
-    float *apack = alloc_floats(mcb * kcb), *bpack = alloc_floats(kcb * ncb);
-    float *cbuf = alloc_floats(mcb * ncb);
-    if (apack == NULL || bpack == NULL || cbuf == NULL) {
-        free(apack);
-        free(bpack);
-        free(cbuf);
+    /* Rows run in panels of up to four A blocks: each (panel, column
+     * block, k block) packs B once for all the panel's A blocks, and the
+     * panel's C block (f32 chains, finished once all k blocks ran) stays
+     * a few megabytes. */
+    int64_t mp = 4 * plan.mc;
+    int64_t mpb = m1 - m0 < mp ? m1 - m0 : mp;
+    mpb = (mpb + mr - 1) / mr * mr;
+    float *apack = workspace(WS_A, mcb * kcb), *bpack = workspace(WS_B, kcb * ncb);
+    float *cbuf = workspace(WS_C, mpb * ncb);
+    if (apack == NULL || bpack == NULL || cbuf == NULL)
         return tpu_set_error(TPU_ERR_HOST_MEMORY, "%s: cannot allocate GEMM packing buffers",
                              tpu_k_op_label(op));
-    }
     const int64_t ldc = ncb;
-    for (int64_t ic = m0; ic < m1; ic += plan.mc) {
-        int64_t mb = m1 - ic < plan.mc ? m1 - ic : plan.mc;
+    for (int64_t ip = m0; ip < m1; ip += mp) {
+        int64_t pm = m1 - ip < mp ? m1 - ip : mp;
         for (int64_t jc = n0; jc < n1; jc += plan.nc) {
             int64_t nb = n1 - jc < plan.nc ? n1 - jc : plan.nc;
             for (int64_t pc = 0; pc < kp; pc += plan.kc) {
                 int64_t kb = kp - pc < plan.kc ? kp - pc : plan.kc;
-                if (plan.pair != NULL) {
+                if (plan.pair != NULL)
                     tpu_k_gemm_pack_b_pairs(&cx, pc, kb, jc, nb, (int)nr, (uint32_t *)bpack);
-                    tpu_k_gemm_pack_a_pairs(&cx, ic, mb, pc, kb, (int)mr, (uint32_t *)apack);
-                } else {
+                else
                     pack_b(&cx, pc, kb, jc, nb, (int)nr, bpack);
-                    pack_a(&cx, ic, mb, pc, kb, (int)mr, apack);
+                for (int64_t ic = ip; ic < ip + pm; ic += plan.mc) {
+                    int64_t mb = ip + pm - ic < plan.mc ? ip + pm - ic : plan.mc;
+                    if (plan.pair != NULL)
+                        tpu_k_gemm_pack_a_pairs(&cx, ic, mb, pc, kb, (int)mr, (uint32_t *)apack);
+                    else
+                        pack_a(&cx, ic, mb, pc, kb, (int)mr, apack);
+                    /* The first k block starts the chains. */
+                    run_tiles(&plan, kb, mb, nb, apack, bpack, cbuf + (ic - ip) * ldc, ldc, pc > 0);
                 }
-                /* The first k block starts the chains. */
-                run_tiles(&plan, kb, mb, nb, apack, bpack, cbuf, ldc, pc > 0);
             }
             /* The chains are complete: finish and store this C block. */
-            tpu_k_gemm_store_block(op, ic, mb, jc, nb, cbuf, ldc);
+            tpu_k_gemm_store_block(op, ip, pm, jc, nb, cbuf, ldc);
         }
     }
-    free(apack);
-    free(bpack);
-    free(cbuf);
     return TPU_OK;
 }
