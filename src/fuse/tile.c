@@ -1,5 +1,6 @@
 /* Running a planned group: for each tile, every step's record cut down to
  * the tile (its operands' data and dims), in order. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "tpu/status.h"
@@ -53,24 +54,37 @@ static void cut(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, const tile_p
     memcpy(t->strides, &view->gstrides[d], (size_t)tp->ndim * sizeof t->strides[0]);
 }
 
+/* Clusters of up to this many steps copy their records once per call;
+ * larger ones copy each record once per tile instead. */
+#define COPIES_MAX 256
+
 tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int64_t t0,
                               int64_t t1, int *failed) {
     const tpu_fuse_cluster *cl = &p->clusters[c];
     tpu_status first = TPU_OK;
     int first_step = p->n_steps;
     char msg[512] = ""; /* the first failing step's message: later ones overwrite the thread's */
-    tpu_op op; /* the step's record, cut to the tile */
+    /* The steps' records, cut to the tile. cut() rewrites every field a
+     * tile changes, so each record is copied once here rather than once
+     * per tile (a record is 2.4 KB: per tile, the copies cost as much as
+     * the small tiles' arithmetic). */
+    tpu_op one, *copies = NULL;
+    if (cl->n_steps <= COPIES_MAX && (copies = malloc((size_t)cl->n_steps * sizeof *copies)))
+        for (int j = 0; j < cl->n_steps; j++)
+            memcpy(&copies[j], p->steps[p->order[cl->first + j]].op, sizeof one);
     for (int64_t t = t0; t < t1; t++) {
         tile_pos tp;
         locate(cl, t, &tp);
         for (int j = cl->first; j < cl->first + cl->n_steps; j++) {
             int i = p->order[j];
             const tpu_fuse_step *s = &p->steps[i];
-            memcpy(&op, s->op, sizeof op);
+            tpu_op *op = copies ? &copies[j - cl->first] : &one;
+            if (!copies)
+                memcpy(op, s->op, sizeof one);
             for (int k = 0; k < s->n_operands; k++)
                 cut(p, cl, &tp, s->view[k], s->slot[k], scratch,
-                    k == 0 ? &op.out : &op.in[k - 1]);
-            tpu_status st = tpu_op_run(&op, 0, 1);
+                    k == 0 ? &op->out : &op->in[k - 1]);
+            tpu_status st = tpu_op_run(op, 0, 1);
             if (st != TPU_OK && i < first_step) {
                 first = st;
                 first_step = i;
@@ -78,6 +92,7 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
             }
         }
     }
+    free(copies);
     if (first == TPU_OK)
         return TPU_OK;
     *failed = first_step;

@@ -1,5 +1,6 @@
-/* Run conversions f32 <-> f16/bf16 (see convert.h). bf16 has an AVX2
- * variant; f16 uses the exact scalar conversions of dtype.c. */
+/* Run conversions f32 <-> f16/bf16 (see convert.h). bf16 has AVX2 and
+ * AVX-512 variants (the same bits as the scalar ones); f16 uses the exact
+ * scalar conversions of dtype.c. */
 #include "convert.h"
 
 #include <string.h>
@@ -52,6 +53,38 @@ __attribute__((target("avx2,fma"))) static void f32_to_bf16_avx2(uint16_t *dst, 
     for (; i < n; i++)
         dst[i] = tpu_f32_to_bf16(src[i]);
 }
+
+/* The AVX-512 forms of the two above: 16 lanes, a mask for the NaNs,
+ * and a truncating narrow (every lane is <= 0xffff). */
+__attribute__((target("avx512f"))) static void bf16_to_f32_512(float *dst, const uint16_t *src,
+                                                              int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_si512(dst + i, _mm512_slli_epi32(w, 16));
+    }
+    for (; i < n; i++)
+        dst[i] = tpu_bf16_to_f32(src[i]);
+}
+
+__attribute__((target("avx512f"))) static void f32_to_bf16_512(uint16_t *dst, const float *src,
+                                                              int64_t n) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i bits = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+        __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs_mask), inf);
+        __m512i top = _mm512_srli_epi32(bits, 16);
+        __m512i sum = _mm512_add_epi32(bits, _mm512_add_epi32(bias, _mm512_and_si512(top, one)));
+        __m512i h = _mm512_mask_blend_epi32(is_nan, _mm512_srli_epi32(sum, 16),
+                                            _mm512_or_si512(top, quiet));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(h));
+    }
+    for (; i < n; i++)
+        dst[i] = tpu_f32_to_bf16(src[i]);
+}
 #endif
 
 void tpu_k_cvt_to_f32(float *dst, const void *src, tpu_dtype dt, int64_t n) {
@@ -62,7 +95,12 @@ void tpu_k_cvt_to_f32(float *dst, const void *src, tpu_dtype dt, int64_t n) {
     const uint16_t *s = src;
     if (dt == TPU_DTYPE_BF16) {
 #if TPU_K_X86
-        if (tpu_k_cpu_has_avx2_fma()) {
+        tpu_isa isa = tpu_kernels_get_isa();
+        if (isa >= TPU_ISA_AVX512) {
+            bf16_to_f32_512(dst, s, n);
+            return;
+        }
+        if (isa >= TPU_ISA_AVX2) {
             bf16_to_f32_avx2(dst, s, n);
             return;
         }
@@ -83,7 +121,12 @@ void tpu_k_cvt_from_f32(void *dst, tpu_dtype dt, const float *src, int64_t n) {
     uint16_t *d = dst;
     if (dt == TPU_DTYPE_BF16) {
 #if TPU_K_X86
-        if (tpu_k_cpu_has_avx2_fma()) {
+        tpu_isa isa = tpu_kernels_get_isa();
+        if (isa >= TPU_ISA_AVX512) {
+            f32_to_bf16_512(d, src, n);
+            return;
+        }
+        if (isa >= TPU_ISA_AVX2) {
             f32_to_bf16_avx2(d, src, n);
             return;
         }

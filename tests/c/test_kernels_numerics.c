@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "convert.h"
 #include "kernel_test.h"
 #include "strided.h"
 
@@ -284,6 +285,41 @@ static void test_bf16_rounding(void) {
     CHECK(bad == 0);
 }
 
+/* The run conversions (convert.c) at every instruction-set level give
+ * the scalar conversions' bits, NaN payloads and signalling NaNs
+ * included, in the vector loops and their tails. */
+static void test_bf16_runs_every_isa(void) {
+    enum { N = 1000 + 7 };
+    static const uint32_t edges[] = {0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7fc00000u,
+                                     0xffc00001u, 0x7f800000u, 0xff800000u, 0x3f808000u,
+                                     0x3f818000u, 0x7f7fffffu, 0x00000001u, 0x80007fffu,
+                                     0x00008000u, 0x007fffffu, 0x80000000u, 0x7f80ffffu};
+    uint32_t bits[N];
+    float in[N], back[N];
+    uint16_t out[N];
+    for (int i = 0; i < N; i++)
+        bits[i] = i < (int)(sizeof edges / sizeof edges[0]) ? edges[i]
+                  : i % 7 == 0 ? (0x7f800000u | ((uint32_t)t_rand() & 0x807fffffu)) /* NaN, inf */
+                               : (uint32_t)t_rand();
+    memcpy(in, bits, sizeof in);
+    tpu_isa saved = tpu_kernels_get_isa();
+    for (int isa = 0; isa <= (int)saved; isa++) {
+        tpu_kernels_set_isa((tpu_isa)isa);
+        tpu_k_cvt_from_f32(out, TPU_DTYPE_BF16, in, N);
+        tpu_k_cvt_to_f32(back, out, TPU_DTYPE_BF16, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float want_back = tpu_bf16_to_f32(out[i]);
+            bad += out[i] != tpu_f32_to_bf16(in[i]);
+            bad += memcmp(&back[i], &want_back, 4) != 0;
+        }
+        if (bad)
+            printf("    bf16 runs at isa %d: %d mismatches\n", isa, bad);
+        CHECK(bad == 0);
+    }
+    tpu_kernels_set_isa(saved);
+}
+
 /* ---------------------------------------------------------- random */
 
 static void test_philox_kat(void) {
@@ -521,6 +557,7 @@ int main(void) {
     test_f2i_copy_matches_cpu();
     test_f16_rounding();
     test_bf16_rounding();
+    test_bf16_runs_every_isa();
     test_philox_kat();
     test_random_stats();
     test_bernoulli();
