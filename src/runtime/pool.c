@@ -10,12 +10,19 @@
  * workers by the unlock that follows its writing and the lock each worker
  * takes before reading it; results come back the same way. The shares run
  * outside the lock, and what they write to memory is ordered before the
- * caller's return by the same lock/unlock pairs around `remaining`. */
+ * caller's return by the same lock/unlock pairs around `remaining`.
+ *
+ * Waking a sleeping thread costs tens of microseconds on a VM, as much
+ * as a mid-sized op takes, so both sides poll a while before sleeping: a
+ * worker for the next generation, the caller for its workers' shares
+ * (`generation` and `shares_done` are atomic for these unlocked peeks;
+ * their writes still happen under `lock`). */
 #define _POSIX_C_SOURCE 200809L
 
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,7 +40,8 @@ static struct {
     pthread_mutex_t lock;
     pthread_cond_t wake_cv; /* workers wait for a new generation */
     pthread_cond_t done_cv; /* the caller waits for remaining == 0 */
-    uint64_t generation;    /* bumped once per region */
+    _Atomic uint64_t generation;  /* bumped once per region */
+    _Atomic uint64_t shares_done; /* worker shares returned, all regions */
     pool_fn fn;
     void *ctx;
     int nth;
@@ -59,6 +67,9 @@ int tpu_pool_num_threads(void) {
     return g_pool.size;
 }
 
+/* How long a thread of the pool polls before it sleeps. */
+#define POOL_SPIN_NS 50000
+
 /* A worker's loop: run share `ith` of each new region that needs it. */
 static void *pool_worker(void *arg) {
     int ith = (int)(intptr_t)arg;
@@ -67,9 +78,14 @@ static void *pool_worker(void *arg) {
      * generation, while it holds `region`: generation 0 is "seen". */
     uint64_t seen = 0;
     for (;;) {
-        while (g_pool.generation == seen)
+        if (atomic_load_explicit(&g_pool.generation, memory_order_relaxed) == seen) {
+            pthread_mutex_unlock(&g_pool.lock);
+            tpu_rt_poll_until(&g_pool.generation, seen + 1, POOL_SPIN_NS);
+            pthread_mutex_lock(&g_pool.lock);
+        }
+        while (atomic_load_explicit(&g_pool.generation, memory_order_relaxed) == seen)
             pthread_cond_wait(&g_pool.wake_cv, &g_pool.lock);
-        seen = g_pool.generation;
+        seen = atomic_load_explicit(&g_pool.generation, memory_order_relaxed);
         if (ith >= g_pool.nth)
             continue; /* this region is narrower than the pool */
         pool_fn fn = g_pool.fn;
@@ -87,6 +103,7 @@ static void *pool_worker(void *arg) {
             g_pool.err = st;
             snprintf(g_pool.err_msg, sizeof g_pool.err_msg, "%s", tpu_last_error_message());
         }
+        atomic_fetch_add_explicit(&g_pool.shares_done, 1, memory_order_release);
         if (--g_pool.remaining == 0)
             pthread_cond_signal(&g_pool.done_cv);
     }
@@ -142,12 +159,15 @@ tpu_status tpu_pool_run(pool_fn fn, void *ctx, int nth) {
     g_pool.remaining = nth - 1;
     g_pool.err_ith = INT_MAX;
     g_pool.err = TPU_OK;
-    g_pool.generation++;
+    uint64_t done_target =
+        atomic_load_explicit(&g_pool.shares_done, memory_order_relaxed) + (uint64_t)(nth - 1);
+    atomic_fetch_add_explicit(&g_pool.generation, 1, memory_order_release);
     pthread_cond_broadcast(&g_pool.wake_cv);
     pthread_mutex_unlock(&g_pool.lock);
 
     st = fn(ctx, 0, nth);
 
+    tpu_rt_poll_until(&g_pool.shares_done, done_target, POOL_SPIN_NS);
     pthread_mutex_lock(&g_pool.lock);
     while (g_pool.remaining > 0)
         pthread_cond_wait(&g_pool.done_cv, &g_pool.lock);

@@ -176,6 +176,15 @@ typedef struct {
 tpu_wait_token tpu_rt_wait_begin(void);
 void tpu_rt_wait_end(tpu_wait_token token);
 
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t tpu_rt_now_ns(void);
+
+/* Polls, unlocked, until *counter >= target (true; an acquire load, so
+ * what was written before the counter's release is visible) or `ns` have
+ * passed (false). For a thread about to sleep on a condition variable
+ * whose wake-up, on a VM, costs more than a small op takes. */
+bool tpu_rt_poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_t ns);
+
 /* ---------------------------------------------------------------- mode.c */
 
 /* Sets the initial mode from the configuration; called once by init. */

@@ -167,33 +167,6 @@ uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
 #define HOST_SPIN_NS 30000
 #define WORKER_SPIN_NS 50000
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Polls, unlocked, until *counter >= target (true; acquire, as
- * tpu_stream_completed_seq) or `ns` have passed (false). */
-static bool poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_t ns) {
-    uint64_t start = now_ns();
-    for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(counter, memory_order_acquire) >= target)
-            return true;
-        cpu_relax();
-        if (i % 64 == 0 && now_ns() - start > ns)
-            return false;
-    }
-}
-
 /* Fused mode: asks the worker to run held records up to `seq` now. The
  * seq_cst pair (flush_seq here, then holding; holding, then flush_seq in
  * the worker) means that either the worker sees the request before it
@@ -214,7 +187,7 @@ void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
     if (atomic_load_explicit(&s->completed_seq, memory_order_acquire) >= seq)
         return;
     request_flush(s, seq);
-    if (poll_until(&s->completed_seq, seq, HOST_SPIN_NS))
+    if (tpu_rt_poll_until(&s->completed_seq, seq, HOST_SPIN_NS))
         return;
     tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
@@ -587,13 +560,13 @@ static struct timespec deadline_after(uint64_t start_ns, uint64_t ns) {
 /* The worker's turn when the head entry is held: waits (under lock) until
  * the run is due, runs it unlocked, then completes it. */
 static void run_held_locked(tpu_stream *s) {
-    uint64_t start = now_ns(), first = head_entry_locked(s)->seq;
+    uint64_t start = tpu_rt_now_ns(), first = head_entry_locked(s)->seq;
     held_run r;
     for (;;) {
         scan_held_locked(s, &r);
         atomic_store(&s->holding, true); /* before reading flush_seq: see request_flush */
         if (r.ended || r.n >= HOLD_MAX_ENTRIES || s->space_waiters > 0 ||
-            atomic_load(&s->flush_seq) >= first || now_ns() - start >= HOLD_NS)
+            atomic_load(&s->flush_seq) >= first || tpu_rt_now_ns() - start >= HOLD_NS)
             break;
         struct timespec until = deadline_after(start, HOLD_NS);
         s->worker_sleeping = true;
@@ -629,7 +602,7 @@ static void *stream_worker(void *arg) {
                 spun = true;
                 pthread_mutex_unlock(&s->lock);
                 /* Until a record is queued that has not run. */
-                poll_until(&s->submitted_seq,
+                tpu_rt_poll_until(&s->submitted_seq,
                            atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1,
                            WORKER_SPIN_NS);
                 pthread_mutex_lock(&s->lock);

@@ -11,10 +11,38 @@
  * The hooks are called with no runtime lock held: taking the GIL back
  * while holding a stream's mutex could deadlock with a thread that holds
  * the GIL and wants that mutex. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <stdatomic.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "runtime_internal.h"
+
+uint64_t tpu_rt_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+bool tpu_rt_poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_t ns) {
+    uint64_t start = tpu_rt_now_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(counter, memory_order_acquire) >= target)
+            return true;
+        cpu_relax();
+        if (i % 64 == 0 && tpu_rt_now_ns() - start > ns)
+            return false;
+    }
+}
 
 typedef struct {
     void *(*begin)(void);
