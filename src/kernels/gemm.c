@@ -511,12 +511,12 @@ static void run_tiles(const gemm_plan *p, int64_t kb, int64_t mb, int64_t nb, co
         return;
     }
 #if TPU_K_X86
-    /* FTZ (bit 15) and DAZ (bit 6), for the tiles only: packing and the
-     * final store keep IEEE subnormals. */
+    /* For the tiles only: packing and the final store keep IEEE
+     * subnormals. */
     unsigned int saved = 0;
     if (p->mxcsr_flush) {
         saved = _mm_getcsr();
-        _mm_setcsr(saved | 0x8040u);
+        _mm_setcsr(saved | TPU_K_MXCSR_FLUSH);
     }
 #endif
     for (int64_t jr = 0; jr < nb; jr += p->nr)

@@ -93,6 +93,12 @@ void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t 
 void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
                             const float *cbuf, int64_t ldc);
 
+/* MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6): under
+ * them x86's f32 fma computes matmul.h's flushing step exactly. Set only
+ * around a chain's fmas: the final alpha/beta step and rounding keep IEEE
+ * subnormals, as the reference's do. */
+#define TPU_K_MXCSR_FLUSH 0x8040u
+
 /* ---------------------------------------------------- skinny products */
 
 /* At most this many output rows take tpu_k_gemv. */

@@ -84,13 +84,6 @@ static inline uint32_t swap_halves(const uint16_t *p) {
     return u << 16 | u >> 16;
 }
 
-/* True when bf16 data may be read through uint16_t pointers. Storage
- * views can start at an odd byte; those take the general path, whose
- * loads go through memcpy. */
-static inline bool halves_aligned(const tpu_tensor *t) {
-    return ((uintptr_t)t->data & 1u) == 0;
-}
-
 /* General packing of A, element by element through the precision parts. */
 static inline __attribute__((always_inline)) void
 pack_a_pairs_as(const tpu_k_gemm_operands *cx, tpu_dtype dt, tpu_precision prec, int passes,
@@ -122,7 +115,7 @@ pack_a_pairs_as(const tpu_k_gemm_operands *cx, tpu_dtype dt, tpu_precision prec,
 void tpu_k_gemm_pack_a_pairs(const tpu_k_gemm_operands *cx, int64_t i0, int64_t mb, int64_t p0,
                              int64_t kb, int mr, uint32_t *dst) {
     const tpu_tensor *a = cx->a;
-    if (cx->dt == TPU_DTYPE_BF16 && a->strides[1] == 1 && halves_aligned(a)) {
+    if (cx->dt == TPU_DTYPE_BF16 && a->strides[1] == 1 && tpu_k_is_aligned(a)) {
         /* Rows contiguous in k: each pair is one 32-bit read. */
         int64_t kq = (kb + 1) / 2;
         for (int64_t ir = 0; ir < mb; ir += mr) {
@@ -211,7 +204,7 @@ void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t 
                              int64_t nb, int nr, uint32_t *dst) {
     const tpu_tensor *b = cx->b;
     int64_t kq = (kb + 1) / 2;
-    if (cx->dt == TPU_DTYPE_BF16 && b->strides[1] == 1 && halves_aligned(b)) {
+    if (cx->dt == TPU_DTYPE_BF16 && b->strides[1] == 1 && tpu_k_is_aligned(b)) {
         /* Rows contiguous in n: interleave row kk (high) with row kk + 1. */
         for (int64_t jr = 0; jr < nb; jr += nr) {
             uint32_t *panel = dst + jr * kq;
@@ -232,7 +225,7 @@ void tpu_k_gemm_pack_b_pairs(const tpu_k_gemm_operands *cx, int64_t p0, int64_t 
         }
         return;
     }
-    if (cx->dt == TPU_DTYPE_BF16 && b->strides[0] == 1 && halves_aligned(b)) {
+    if (cx->dt == TPU_DTYPE_BF16 && b->strides[0] == 1 && tpu_k_is_aligned(b)) {
         /* Columns contiguous in k (a Linear's weight, transposed): each
          * pair is one 32-bit read down the column; blocks of 16 columns
          * x 16 pairs are transposed in registers. */

@@ -283,11 +283,9 @@ bool tpu_k_gemv(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1
     const bool flush = tpu_k_mm_flushes(op);
     for (int64_t j0 = n0; j0 < n0 + nvec; j0 += TPU_K_GEMV_JS) {
         int64_t jn = n0 + nvec - j0 < TPU_K_GEMV_JS ? n0 + nvec - j0 : TPU_K_GEMV_JS;
-        /* FTZ (bit 15) and DAZ (bit 6) for the chains only: the store's
-         * alpha/beta step keeps IEEE subnormals, as the reference's does. */
         unsigned int saved = _mm_getcsr();
         if (flush)
-            _mm_setcsr(saved | 0x8040u);
+            _mm_setcsr(saved | TPU_K_MXCSR_FLUSH);
         if (wide)
             block_512(&g, M, rows, j0, jn, cbuf);
         else
