@@ -22,11 +22,8 @@
 #include <math.h>
 
 #include "ew.h"
+#include "ew_simd.h"
 #include "kernels_internal.h"
-
-#if TPU_K_X86
-#include <immintrin.h>
-#endif
 
 /* ------------------------------------------------- scalar arithmetic */
 
@@ -473,56 +470,23 @@ tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth) {
 
 /* --------------------------------------------------------- fast path */
 
-/* An f32 operand of a run: element i is p[i * step] (step 1 for a tensor
- * laid out like out, 0 for a value broadcast along the run). */
+/* An input of a run: element j is at p + j * step elements of dtype dt
+ * (step 1, or 0 for a value broadcast along the run). */
 typedef struct {
-    const float *p;
+    const char *p;
+    tpu_dtype dt;
     int64_t step;
-} flat_f32;
-
-/* Portable loop: the same scalar arithmetic as the reference. */
-static void f32_flat_plain(const bin_ctx *c, float *o, flat_f32 a, flat_f32 b, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        o[i] = bin_f32(c, a.p[i * a.step], b.p[i * b.step]);
-}
+} run_in;
 
 #if TPU_K_X86
-/* AVX2 loop for ADD, SUB, MUL, true DIV, MAXIMUM and MINIMUM: 8 lanes of
- * the same IEEE operations (fmadd is one rounding, like fmaf; the NaN
- * blend gives the scalar form's a + b), then a scalar tail. */
-__attribute__((target("avx2,fma"))) static void f32_flat_avx2(const bin_ctx *c, float *o,
-                                                              flat_f32 a, flat_f32 b, int64_t n) {
-    const float alpha = (float)c->alpha.f;
-    const __m256 va0 = _mm256_set1_ps(a.p[0]), vb0 = _mm256_set1_ps(b.p[0]);
-    const bool use_fma = alpha != 1.0f;
-    const __m256 valpha = _mm256_set1_ps(c->fn == TPU_BINARY_SUB ? -alpha : alpha);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 x = a.step ? _mm256_loadu_ps(a.p + i) : va0;
-        __m256 y = b.step ? _mm256_loadu_ps(b.p + i) : vb0;
-        __m256 r;
-        switch (c->fn) {
-        case TPU_BINARY_ADD: r = use_fma ? _mm256_fmadd_ps(valpha, y, x) : _mm256_add_ps(x, y); break;
-        case TPU_BINARY_SUB: r = use_fma ? _mm256_fmadd_ps(valpha, y, x) : _mm256_sub_ps(x, y); break;
-        case TPU_BINARY_MUL: r = _mm256_mul_ps(x, y); break;
-        case TPU_BINARY_MAXIMUM:
-        case TPU_BINARY_MINIMUM: {
-            __m256 m = c->fn == TPU_BINARY_MAXIMUM
-                           ? _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_GT_OQ))
-                           : _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_LT_OQ));
-            __m256 nan = _mm256_cmp_ps(x, y, _CMP_UNORD_Q);
-            r = _mm256_blendv_ps(m, _mm256_add_ps(x, y), nan);
-            break;
-        }
-        default: r = _mm256_div_ps(x, y); break;
-        }
-        _mm256_storeu_ps(o + i, r);
-    }
-    for (; i < n; i++)
-        o[i] = bin_f32(c, a.p[i * a.step], b.p[i * b.step]);
-}
-
-static bool has_avx2_form(const bin_ctx *c) {
+/* Direct loops: ADD, SUB, MUL, true DIV, MAXIMUM and MINIMUM over f32 and
+ * bf16 runs, each vector loaded (bf16 widened exactly), computed in f32
+ * and stored (bf16 rounded as tpu_f32_to_bf16) in one pass, with no
+ * staging buffer. The lanes do the scalar form's IEEE operations: fmadd
+ * is one rounding, like fmaf; the NaN blend gives the scalar form's
+ * a + b. One loop per function, so no branch on it per vector; the
+ * operands' layouts are loop-invariant tests the compiler unswitches. */
+static bool has_vector_form(const bin_ctx *c) {
     switch (c->fn) {
     case TPU_BINARY_ADD:
     case TPU_BINARY_SUB:
@@ -533,44 +497,187 @@ static bool has_avx2_form(const bin_ctx *c) {
     default: return false;
     }
 }
-#endif
 
-/* The f32 loop of one run: AVX2 where it has the function, else portable. */
-static void f32_run(const bin_ctx *c, float *o, flat_f32 a, flat_f32 b, int64_t n) {
-#if TPU_K_X86
-    if (has_avx2_form(c) && tpu_k_cpu_has_avx2_fma()) {
-        f32_flat_avx2(c, o, a, b, n);
-        return;
-    }
-#endif
-    f32_flat_plain(c, o, a, b, n);
+/* The vector loops read f32 and bf16 and write them. */
+static bool vector_dtype(tpu_dtype dt) {
+    return dt == TPU_DTYPE_F32 || dt == TPU_DTYPE_BF16;
 }
 
-/* An input of a run: element j is at p + j * step elements of dtype dt
- * (step 1, or 0 for a value broadcast along the run). */
-typedef struct {
-    const char *p;
-    tpu_dtype dt;
-    int64_t step;
-} run_in;
+#define LD8(r, i)                                                                                  \
+    (!(r).step ? v##r##0                                                                           \
+     : (r).dt == TPU_DTYPE_BF16 ? tpu_k_bf16x8_load((const uint16_t *)(r).p + (i))               \
+                                 : _mm256_loadu_ps((const float *)(r).p + (i)))
+#define ST8(i, v)                                                                                  \
+    (o_bf16 ? tpu_k_bf16x8_store((uint16_t *)po + (i), v) : _mm256_storeu_ps((float *)po + (i), v))
+#define LOOP8(EXPR)                                                                                \
+    for (; i + 8 <= n; i += 8) {                                                                   \
+        const __m256 x = LD8(a, i), y = LD8(b, i);                                                 \
+        ST8(i, EXPR);                                                                              \
+    }                                                                                              \
+    break
 
-/* Computes n contiguous elements of out (dtype == common) at po: operands
- * are staged through f32 chunks of EW_CHUNK (ew.h), so the arithmetic is
- * the f32 loop's and each result is rounded once on store. */
+__attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, char *po,
+                                                            tpu_dtype odt, run_in a, run_in b,
+                                                            int64_t n) {
+    const float alpha = (float)c->alpha.f, a0 = tpu_k_load_f32(a.p, a.dt),
+                b0 = tpu_k_load_f32(b.p, b.dt);
+    const __m256 va0 = _mm256_set1_ps(a0), vb0 = _mm256_set1_ps(b0);
+    const __m256 valpha = _mm256_set1_ps(c->fn == TPU_BINARY_SUB ? -alpha : alpha);
+    const bool o_bf16 = odt == TPU_DTYPE_BF16, fma = alpha != 1.0f;
+    int64_t i = 0;
+    switch (c->fn) {
+    case TPU_BINARY_ADD:
+        if (fma) {
+            LOOP8(_mm256_fmadd_ps(valpha, y, x));
+        }
+        LOOP8(_mm256_add_ps(x, y));
+    case TPU_BINARY_SUB:
+        if (fma) {
+            LOOP8(_mm256_fmadd_ps(valpha, y, x));
+        }
+        LOOP8(_mm256_sub_ps(x, y));
+    case TPU_BINARY_MUL: LOOP8(_mm256_mul_ps(x, y));
+    case TPU_BINARY_MAXIMUM:
+        LOOP8(_mm256_blendv_ps(_mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_GT_OQ)),
+                               _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q)));
+    case TPU_BINARY_MINIMUM:
+        LOOP8(_mm256_blendv_ps(_mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_LT_OQ)),
+                               _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q)));
+    default: LOOP8(_mm256_div_ps(x, y));
+    }
+    for (; i < n; i++) {
+        float r = bin_f32(c, a.step ? tpu_k_load_f32(a.p + i * (int64_t)tpu_dtype_size(a.dt), a.dt) : a0,
+                          b.step ? tpu_k_load_f32(b.p + i * (int64_t)tpu_dtype_size(b.dt), b.dt) : b0);
+        tpu_k_store_f32(po + i * (int64_t)tpu_dtype_size(odt), odt, r);
+    }
+}
+
+/* 16 lanes, the tail through masked loads and stores. */
+#define LD16(r, i)                                                                                 \
+    (!(r).step ? v##r##0                                                                           \
+     : (r).dt == TPU_DTYPE_BF16 ? tpu_k_bf16x16_load((const uint16_t *)(r).p + (i))              \
+                                 : _mm512_loadu_ps((const float *)(r).p + (i)))
+#define LD16_N(r, i, k)                                                                            \
+    (!(r).step ? v##r##0                                                                           \
+     : (r).dt == TPU_DTYPE_BF16 ? tpu_k_bf16x16_load_n((const uint16_t *)(r).p + (i), k)         \
+                                 : tpu_k_f32x16_load_n((const float *)(r).p + (i), k))
+#define LOOP16(EXPR)                                                                               \
+    for (; i + 16 <= n; i += 16) {                                                                 \
+        const __m512 x = LD16(a, i), y = LD16(b, i);                                               \
+        const __m512 r = EXPR;                                                                     \
+        if (o_bf16)                                                                                \
+            tpu_k_bf16x16_store((uint16_t *)po + i, r);                                            \
+        else                                                                                       \
+            _mm512_storeu_ps((float *)po + i, r);                                                  \
+    }                                                                                              \
+    if (i < n) {                                                                                   \
+        const int k = (int)(n - i);                                                                \
+        const __m512 x = LD16_N(a, i, k), y = LD16_N(b, i, k);                                     \
+        const __m512 r = EXPR;                                                                     \
+        if (o_bf16)                                                                                \
+            tpu_k_bf16x16_store_n((uint16_t *)po + i, r, k);                                       \
+        else                                                                                       \
+            tpu_k_f32x16_store_n((float *)po + i, r, k);                                           \
+    }                                                                                              \
+    return
+
+#define MAX16(x, y)                                                                                \
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q),                                   \
+                         _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_GT_OQ), y, x),         \
+                         _mm512_add_ps(x, y))
+#define MIN16(x, y)                                                                                \
+    _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_UNORD_Q),                                   \
+                         _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_LT_OQ), y, x),         \
+                         _mm512_add_ps(x, y))
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+direct_512(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n) {
+    const float alpha = (float)c->alpha.f;
+    const __m512 va0 = _mm512_set1_ps(tpu_k_load_f32(a.p, a.dt));
+    const __m512 vb0 = _mm512_set1_ps(tpu_k_load_f32(b.p, b.dt));
+    const __m512 valpha = _mm512_set1_ps(c->fn == TPU_BINARY_SUB ? -alpha : alpha);
+    const bool o_bf16 = odt == TPU_DTYPE_BF16, fma = alpha != 1.0f;
+    int64_t i = 0;
+    switch (c->fn) {
+    case TPU_BINARY_ADD:
+        if (fma) {
+            LOOP16(_mm512_fmadd_ps(valpha, y, x));
+        }
+        LOOP16(_mm512_add_ps(x, y));
+    case TPU_BINARY_SUB:
+        if (fma) {
+            LOOP16(_mm512_fmadd_ps(valpha, y, x));
+        }
+        LOOP16(_mm512_sub_ps(x, y));
+    case TPU_BINARY_MUL: LOOP16(_mm512_mul_ps(x, y));
+    case TPU_BINARY_MAXIMUM: LOOP16(MAX16(x, y));
+    case TPU_BINARY_MINIMUM: LOOP16(MIN16(x, y));
+    default: LOOP16(_mm512_div_ps(x, y));
+    }
+}
+#endif
+
+/* Whether the direct loops of the running CPU take this run: a function
+ * with a vector form, out and inputs f32 or bf16, and each input read
+ * without rounding (its dtype is the one it goes through, or that is f32
+ * and it widens exactly). Returns the ISA level to use, or PORTABLE. */
+static tpu_isa direct_isa(const bin_ctx *c, tpu_dtype odt, run_in a, run_in b, bool b_raw) {
+#if TPU_K_X86
+    const tpu_dtype bthrough = b_raw ? b.dt : c->common;
+    if (!has_vector_form(c) || !vector_dtype(odt) || !vector_dtype(a.dt) || !vector_dtype(b.dt) ||
+        (a.dt != c->common && c->common != TPU_DTYPE_F32) ||
+        (b.dt != bthrough && bthrough != TPU_DTYPE_F32))
+        return TPU_ISA_PORTABLE;
+    tpu_isa isa = tpu_kernels_get_isa();
+    return isa >= TPU_ISA_AVX512 ? TPU_ISA_AVX512 : isa;
+#else
+    (void)c, (void)odt, (void)a, (void)b, (void)b_raw;
+    return TPU_ISA_PORTABLE;
+#endif
+}
+
+static void direct_run(tpu_isa isa, const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b,
+                       int64_t n) {
+#if TPU_K_X86
+    if (isa >= TPU_ISA_AVX512)
+        direct_512(c, po, odt, a, b, n);
+    else
+        direct_avx2(c, po, odt, a, b, n);
+#else
+    (void)isa, (void)c, (void)po, (void)odt, (void)a, (void)b, (void)n;
+#endif
+}
+
+/* Computes n contiguous elements of out (dtype == common) at po: in one
+ * pass where the direct loops take the run; else the operands are staged
+ * through f32 chunks of EW_CHUNK (ew.h), computed by the direct loops on
+ * f32 (or the portable loop) and each result rounded once on store. */
 static void mixed_run(const bin_ctx *c, char *po, run_in a, run_in b, bool b_raw, int64_t n) {
     const tpu_dtype cm = c->common;
+    tpu_isa isa = direct_isa(c, cm, a, b, b_raw);
+    if (isa != TPU_ISA_PORTABLE) {
+        direct_run(isa, c, po, cm, a, b, n);
+        return;
+    }
+    /* Staged: the f32 chunks always have the direct loops' dtypes. */
+    const run_in f32_chunk = {NULL, TPU_DTYPE_F32, 1};
+    isa = direct_isa(c, TPU_DTYPE_F32, f32_chunk, f32_chunk, true);
     float abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
         int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
         /* Load (convert) both inputs before the store: out may be in[0]. */
-        flat_f32 fa = {tpu_k_ew_stage_f32(a.p + off * a.step * (int64_t)tpu_dtype_size(a.dt), a.dt,
-                                          a.step, len, cm, abuf),
-                       a.step};
-        flat_f32 fb = {tpu_k_ew_stage_f32(b.p + off * b.step * (int64_t)tpu_dtype_size(b.dt), b.dt,
-                                          b.step, len, b_raw ? b.dt : cm, bbuf),
-                       b.step};
+        run_in fa = {(const char *)tpu_k_ew_stage_f32(a.p + off * a.step * (int64_t)tpu_dtype_size(a.dt),
+                                                      a.dt, a.step, len, cm, abuf),
+                     TPU_DTYPE_F32, a.step};
+        run_in fb = {(const char *)tpu_k_ew_stage_f32(b.p + off * b.step * (int64_t)tpu_dtype_size(b.dt),
+                                                      b.dt, b.step, len, b_raw ? b.dt : cm, bbuf),
+                     TPU_DTYPE_F32, b.step};
         float *dst = cm == TPU_DTYPE_F32 ? (float *)po + off : obuf;
-        f32_run(c, dst, fa, fb, len);
+        if (isa != TPU_ISA_PORTABLE)
+            direct_run(isa, c, (char *)dst, TPU_DTYPE_F32, fa, fb, len);
+        else
+            for (int64_t i = 0; i < len; i++)
+                dst[i] = bin_f32(c, ((const float *)fa.p)[i * fa.step], ((const float *)fb.p)[i * fb.step]);
         if (cm != TPU_DTYPE_F32)
             tpu_k_cvt_from_f32(po + off * 2, cm, obuf, len);
     }
