@@ -98,12 +98,22 @@ typedef struct {
     int32_t n_operands;
     int32_t view[TPU_FUSE_MAX_OPERANDS];
     int32_t slot[TPU_FUSE_MAX_OPERANDS];
+    int32_t part; /* its part, numbered across the group's clusters */
 } tpu_fuse_step;
 
 /* The records of one element count, and how its elements are cut into
  * tiles: a tile is one index of each dim before tile_dim and a block of
  * tile_block indices of tile_dim (the last block may be shorter), with all
- * the dims after it. */
+ * the dims after it.
+ *
+ * Its steps fall into parts: steps of different parts touch no common
+ * storage that a step of the cluster writes (a foreach step's records of
+ * different tensors), so the parts may run in any order. Each part runs
+ * all of its tiles before the next part starts: a tile then reads a few
+ * long streams (one tensor's state) instead of a short piece of every
+ * tensor's, which the hardware prefetchers follow; and many small parts
+ * spread over the threads. The cluster's work items are (part, tile)
+ * pairs, part-major: item w is tile w % n_tiles of part w / n_tiles. */
 typedef struct {
     int64_t numel;
     /* Its shape: the records' elements, row-major, refined so that each of
@@ -114,9 +124,12 @@ typedef struct {
     int64_t bounds[TPU_MAX_DIMS + 1];
     int32_t n_steps;
     int32_t first;   /* its steps are order[first .. first + n_steps) of the plan */
+    int32_t n_parts; /* part k's steps are order[part_start[first_part + k] ..) up to the next */
+    int32_t first_part;
     int32_t n_slots; /* scratch tiles it uses (<= TPU_FUSE_MAX_SLOTS) */
     int32_t tile_dim;
     int64_t tile_block, tile_elems, n_tiles;
+    int64_t n_work; /* n_parts * n_tiles */
 } tpu_fuse_cluster;
 
 /* A group ready to run. Steps are in stream order. */
@@ -127,7 +140,8 @@ typedef struct {
     tpu_fuse_view views[TPU_FUSE_MAX_VIEWS];
     int32_t n_clusters;
     tpu_fuse_cluster clusters[TPU_FUSE_MAX_CLUSTERS];
-    int32_t order[TPU_FUSE_MAX_OPS]; /* step indices by cluster, stream order within each */
+    int32_t order[TPU_FUSE_MAX_OPS]; /* step indices by cluster, then part; stream order within */
+    int32_t part_start[TPU_FUSE_MAX_OPS + 1]; /* where each part's steps start in order */
     /* Planning state: the storages and their hash (index + 1, 0 empty). */
     int32_t n_storages;
     tpu_fuse_storage storages[TPU_FUSE_MAX_STORAGES];
@@ -151,13 +165,14 @@ bool tpu_fuse_fusable(const tpu_op *op);
  * plan's other fields are unspecified. */
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *plan);
 
-/* Runs tiles [t0, t1) of cluster c of a planned group on the calling
- * thread: each tile's steps of that cluster in order. `scratch` is this
- * thread's TPU_FUSE_MAX_SLOTS tiles of TPU_FUSE_TILE_MAX * 8 bytes each.
- * On a kernel error the lowest failing step is in *failed (else it is left
- * alone) and its status returned; the remaining tiles still run. */
-tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *plan, int c, void *scratch, int64_t t0,
-                              int64_t t1, int *failed);
+/* Runs work items [w0, w1) of cluster c of a planned group on the calling
+ * thread (0 <= w0 <= w1 <= n_work): for each, its part's steps in order
+ * on its tile. `scratch` is this thread's TPU_FUSE_MAX_SLOTS tiles of
+ * TPU_FUSE_TILE_MAX * 8 bytes each. On a kernel error the lowest failing
+ * step is in *failed (else it is left alone) and its status returned; the
+ * remaining items still run. */
+tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *plan, int c, void *scratch, int64_t w0,
+                              int64_t w1, int *failed);
 
 /* Bytes of scratch one thread needs to run any group. */
 #define TPU_FUSE_SCRATCH_BYTES ((int64_t)TPU_FUSE_MAX_SLOTS * TPU_FUSE_TILE_MAX * 8)

@@ -366,13 +366,15 @@ static bool marker_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
 
 /* Gives each value that dies inside the group (a later step writes the
  * same view, or a marker frees its block, before the group ends: nobody
- * outside the group can read it) a scratch slot of its cluster while one
- * is free. A backward pass finds which values die; a forward pass hands
- * out the slots: inputs read the slot their view's value is in, and a
- * value's slot is free again once the value is dead. Clusters run one at a
- * time, so each has all the slots. */
+ * outside the group can read it) a scratch slot of its part while one is
+ * free. A backward pass finds which values die; a forward pass hands out
+ * the slots: inputs read the slot their view's value is in, and a value's
+ * slot is free again once the value is dead. Parts run one at a time
+ * (each tile of a part runs its steps alone), so each has all the slots:
+ * a foreach step's temporaries, all alive at once in stream order, each
+ * get one. */
 static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries) {
-    static _Thread_local int32_t cur[TPU_FUSE_MAX_VIEWS];
+    static _Thread_local int32_t cur[TPU_FUSE_MAX_VIEWS], slot_part[TPU_FUSE_MAX_VIEWS];
     static _Thread_local bool killed[TPU_FUSE_MAX_VIEWS], dies[TPU_FUSE_MAX_OPS];
     memset(killed, 0, (size_t)p->n_views * sizeof killed[0]);
     for (int e = n_entries - 1, i = p->n_steps - 1; e >= 0; e--) {
@@ -387,8 +389,11 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         killed[v] = true; /* this write ends the value before it */
         i--;
     }
-    bool busy[TPU_FUSE_MAX_CLUSTERS][TPU_FUSE_MAX_SLOTS];
-    memset(busy, 0, sizeof busy);
+    static _Thread_local bool busy[TPU_FUSE_MAX_OPS][TPU_FUSE_MAX_SLOTS];
+    int32_t n_parts = 0;
+    for (int c = 0; c < p->n_clusters; c++)
+        n_parts += p->clusters[c].n_parts;
+    memset(busy, 0, (size_t)n_parts * sizeof busy[0]);
     for (int v = 0; v < p->n_views; v++)
         cur[v] = -1;
     p->n_elided = 0;
@@ -398,14 +403,14 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         if (entries[e].op == NULL) {
             for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
                 if (cur[v] >= 0 && marker_kills(&entries[e], &p->views[v])) {
-                    busy[p->views[v].cluster][cur[v]] = false;
+                    busy[slot_part[v]][cur[v]] = false;
                     cur[v] = -1;
                 }
             continue;
         }
         tpu_fuse_step *s = &p->steps[i];
         tpu_fuse_cluster *cl = &p->clusters[s->cluster];
-        bool *taken = busy[s->cluster];
+        bool *taken = busy[s->part];
         for (int k = 1; k < s->n_operands; k++)
             s->slot[k] = cur[s->view[k]];
         int v = s->view[0], old = cur[v], slot = -1;
@@ -422,6 +427,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         }
         s->slot[0] = slot;
         cur[v] = slot;
+        slot_part[v] = s->part;
         if (old >= 0)
             taken[old] = false;
         i++;
@@ -440,6 +446,77 @@ static void order_steps(tpu_fuse_plan *p) {
         p->order[next[p->steps[i].cluster]++] = i;
 }
 
+/* The root of step i in the union-find forest `up`, halving paths. */
+static int32_t root_of(int32_t *up, int32_t i) {
+    while (up[i] != i)
+        i = up[i] = up[up[i]];
+    return i;
+}
+
+/* Splits cluster c's steps into parts (fuse.h): two steps are in one part
+ * when they touch a storage that a step of the cluster writes, directly
+ * or through other steps. Storages only read (a gradient read by two
+ * records, a scalar broadcast into every record) join nothing. Parts are
+ * listed by their first step; order[] is rewritten part by part, stream
+ * order within each. Scratch slots stay valid: a slot's values live
+ * within one tile of one part's steps, and restricting stream order to a
+ * part keeps every value's lifetime inside its own. */
+static void split_parts(tpu_fuse_plan *p, int c, int32_t *n_parts_total) {
+    static _Thread_local int32_t up[TPU_FUSE_MAX_OPS], owner[TPU_FUSE_MAX_STORAGES],
+        part_of[TPU_FUSE_MAX_OPS], count[TPU_FUSE_MAX_OPS + 1], sorted[TPU_FUSE_MAX_OPS];
+    static _Thread_local bool written[TPU_FUSE_MAX_STORAGES];
+    tpu_fuse_cluster *cl = &p->clusters[c];
+    const int32_t *steps = &p->order[cl->first];
+    const int n = cl->n_steps;
+    for (int s = 0; s < p->n_storages; s++) {
+        owner[s] = -1;
+        written[s] = false;
+    }
+    for (int v = 0; v < p->n_views; v++)
+        if (p->views[v].cluster == c && p->views[v].written)
+            written[p->views[v].storage] = true;
+    for (int j = 0; j < n; j++) {
+        up[j] = j;
+        const tpu_fuse_step *st = &p->steps[steps[j]];
+        for (int k = 0; k < st->n_operands; k++) {
+            int32_t s = p->views[st->view[k]].storage;
+            if (!written[s])
+                continue;
+            if (owner[s] < 0) {
+                owner[s] = j;
+                continue;
+            }
+            /* The smaller index is the root: a part is numbered at its root. */
+            int32_t x = root_of(up, j), y = root_of(up, owner[s]);
+            if (x < y)
+                up[y] = x;
+            else
+                up[x] = y;
+        }
+    }
+    /* Number the parts by first step, then a counting sort by part. */
+    int parts = 0;
+    for (int j = 0; j < n; j++) {
+        int32_t r = root_of(up, j);
+        part_of[j] = r == j ? parts++ : part_of[r];
+    }
+    memset(count, 0, (size_t)(parts + 1) * sizeof count[0]);
+    for (int j = 0; j < n; j++)
+        count[part_of[j] + 1]++;
+    for (int k = 0; k < parts; k++)
+        count[k + 1] += count[k];
+    cl->first_part = *n_parts_total;
+    cl->n_parts = parts;
+    for (int k = 0; k < parts; k++)
+        p->part_start[cl->first_part + k] = cl->first + count[k];
+    *n_parts_total += parts;
+    for (int j = 0; j < n; j++) {
+        p->steps[steps[j]].part = cl->first_part + part_of[j];
+        sorted[count[part_of[j]]++] = steps[j];
+    }
+    memcpy(&p->order[cl->first], sorted, (size_t)n * sizeof sorted[0]);
+}
+
 /* A cluster's dims, outermost first, from its boundaries. */
 static void cluster_shape(tpu_fuse_cluster *cl) {
     if (cl->n_bounds == 0) { /* one element */
@@ -455,13 +532,30 @@ static void cluster_shape(tpu_fuse_cluster *cl) {
     }
 }
 
-/* Cuts a cluster's elements into tiles of about the cache's size. */
-static void plan_tiles(const tpu_fuse_plan *p, int c) {
-    tpu_fuse_cluster *cl = (tpu_fuse_cluster *)&p->clusters[c];
-    int64_t bytes_per_elem = 8 * cl->n_slots;
+/* Cuts a cluster's elements into tiles of about the cache's size: the
+ * bytes per element of its largest part (its distinct views and the
+ * scratch slots) fill about 256 KiB. */
+static void plan_tiles(tpu_fuse_plan *p, int c) {
+    static _Thread_local int32_t seen[TPU_FUSE_MAX_VIEWS];
+    tpu_fuse_cluster *cl = &p->clusters[c];
+    int64_t bytes_per_elem = 0;
     for (int v = 0; v < p->n_views; v++)
-        if (p->views[v].cluster == c)
-            bytes_per_elem += p->views[v].elem_size;
+        seen[v] = -1;
+    for (int k = 0; k < cl->n_parts; k++) {
+        int32_t end = k + 1 < cl->n_parts ? p->part_start[cl->first_part + k + 1]
+                                          : cl->first + cl->n_steps;
+        int64_t bytes = 8 * cl->n_slots;
+        for (int32_t j = p->part_start[cl->first_part + k]; j < end; j++) {
+            const tpu_fuse_step *st = &p->steps[p->order[j]];
+            for (int o = 0; o < st->n_operands; o++)
+                if (seen[st->view[o]] != k) {
+                    seen[st->view[o]] = k;
+                    bytes += p->views[st->view[o]].elem_size;
+                }
+        }
+        if (bytes > bytes_per_elem)
+            bytes_per_elem = bytes;
+    }
     int64_t target = (256 * 1024) / (bytes_per_elem > 0 ? bytes_per_elem : 1);
     if (target < 256)
         target = 256;
@@ -485,6 +579,7 @@ static void plan_tiles(const tpu_fuse_plan *p, int c) {
     cl->tile_block = block;
     cl->tile_elems = block * inner;
     cl->n_tiles = outer * ((cl->sizes[d] + block - 1) / block);
+    cl->n_work = cl->n_parts * cl->n_tiles;
 }
 
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) {
@@ -510,8 +605,11 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
         const tpu_fuse_cluster *cl = &p->clusters[p->views[v].cluster];
         cluster_strides(&p->views[v], cl->sizes, cl->ndim);
     }
-    assign_slots(p, entries, taken);
     order_steps(p);
+    int32_t n_parts = 0;
+    for (int c = 0; c < p->n_clusters; c++)
+        split_parts(p, c, &n_parts);
+    assign_slots(p, entries, taken);
     for (int c = 0; c < p->n_clusters; c++)
         plan_tiles(p, c);
     return taken;

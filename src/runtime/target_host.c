@@ -4,6 +4,7 @@
  * cores through the intra-op thread pool, each share calling tpu_op_run.
  * The chip's properties are those of the modeled generation, with the
  * configured memory limit as its capacity. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,11 +80,16 @@ static tpu_status host_execute(int chip, const tpu_op *op) {
 }
 
 /* One cluster of a fusion group, as the pool's function type wants it:
- * share ith runs its contiguous range of the cluster's tiles and keeps its
- * own first failure. */
+ * the shares take chunks of the cluster's work items (part by part, tile
+ * by tile) from a shared counter until none is left, each keeping its own
+ * first failure. Taking chunks rather than a fixed range each keeps both
+ * cores busy to the end when one runs slower (a VM's neighbour, a page
+ * fault, the stream's host thread). */
 typedef struct {
     const tpu_fuse_plan *plan;
     int cluster;
+    int64_t chunk;        /* work items a share takes at a time */
+    _Atomic int64_t next; /* the first item no share has taken */
     void *const *scratch;
     int failed[TPU_THREADS_MAX];
     tpu_status status[TPU_THREADS_MAX];
@@ -92,20 +98,32 @@ typedef struct {
 
 static tpu_status run_group_share(void *ctx, int ith, int nth) {
     group_ctx *g = ctx;
-    int64_t n = g->plan->clusters[g->cluster].n_tiles;
+    (void)nth;
+    const int64_t n = g->plan->clusters[g->cluster].n_work;
     int failed = g->plan->n_steps;
-    tpu_status st = tpu_fuse_run_tiles(g->plan, g->cluster, g->scratch[ith], n * ith / nth,
-                                       n * (ith + 1) / nth, &failed);
+    tpu_status st = TPU_OK;
+    for (;;) {
+        int64_t w0 = atomic_fetch_add_explicit(&g->next, g->chunk, memory_order_relaxed);
+        if (w0 >= n)
+            break;
+        int f = g->plan->n_steps;
+        tpu_status s = tpu_fuse_run_tiles(g->plan, g->cluster, g->scratch[ith], w0,
+                                          w0 + g->chunk < n ? w0 + g->chunk : n, &f);
+        if (s != TPU_OK && f < failed) {
+            failed = f;
+            st = s;
+            if (ith < 4)
+                snprintf(g->msg[ith], TPU_MSG_MAX, "%s", tpu_last_error_message());
+        }
+    }
     g->failed[ith] = failed;
     g->status[ith] = st;
-    if (st != TPU_OK && ith < 4)
-        snprintf(g->msg[ith], TPU_MSG_MAX, "%s", tpu_last_error_message());
     return TPU_OK; /* the caller picks the lowest failing step, not the lowest share */
 }
 
-/* Clusters run one after another; a cluster's tiles are independent, so
- * shares split them. A cluster worth less than about 64K element-steps
- * runs on one thread. The error kept is the lowest failing step's, which
+/* Clusters run one after another; a cluster's work items are
+ * independent, so shares split them. A cluster worth less than about 64K
+ * element-steps runs on one thread. The error kept is the lowest failing step's, which
  * is the first in stream order. */
 static tpu_status host_execute_group(int chip, const tpu_fuse_plan *plan, void *const *scratch,
                                      int n_scratch, int *failed) {
@@ -121,12 +139,16 @@ static tpu_status host_execute_group(int chip, const tpu_fuse_plan *plan, void *
         g.cluster = c;
         int64_t work = cl->numel * cl->n_steps;
         int nth = work < 65536 ? 1 : n_scratch;
-        if (nth > cl->n_tiles)
-            nth = (int)cl->n_tiles;
+        if (nth > cl->n_work)
+            nth = (int)cl->n_work;
         if (nth < 1)
             nth = 1;
         for (int i = 0; i < nth; i++)
             g.status[i] = TPU_OK;
+        /* About 8 chunks a share: small enough to even out, large enough
+         * that a chunk's tiles stream through memory in order. */
+        g.chunk = (cl->n_work + 8 * nth - 1) / (8 * nth);
+        atomic_store_explicit(&g.next, 0, memory_order_relaxed);
         if (nth == 1)
             run_group_share(&g, 0, 1);
         else

@@ -83,9 +83,25 @@ static tpu_fuse_plan g_plan; /* large: not on the stack */
 static tpu_status run_all(const tpu_fuse_plan *p, void *scratch, int *failed) {
     tpu_status first = TPU_OK;
     for (int c = 0; c < p->n_clusters; c++) {
-        tpu_status st = tpu_fuse_run_tiles(p, c, scratch, 0, p->clusters[c].n_tiles, failed);
+        tpu_status st = tpu_fuse_run_tiles(p, c, scratch, 0, p->clusters[c].n_work, failed);
         if (first == TPU_OK)
             first = st;
+    }
+    return first;
+}
+
+/* Runs every cluster's work items in three shares, the last share first:
+ * items are independent (parts share no written storage, tiles no
+ * element), so any order leaves the same bytes. */
+static tpu_status run_all_out_of_order(const tpu_fuse_plan *p, void *scratch, int *failed) {
+    tpu_status first = TPU_OK;
+    for (int c = 0; c < p->n_clusters; c++) {
+        int64_t n = p->clusters[c].n_work;
+        for (int share = 2; share >= 0; share--) {
+            tpu_status st = tpu_fuse_run_tiles(p, c, scratch, n * share / 3, n * (share + 1) / 3, failed);
+            if (first == TPU_OK)
+                first = st;
+        }
     }
     return first;
 }
@@ -200,6 +216,70 @@ static void test_group_boundaries(void) {
     free(buf), free(o);
 }
 
+/* A foreach step's shape: K tensors, each updated by its own records,
+ * all reading one gradient G and the records of one function issued for
+ * every tensor before the next function's. Each tensor's records form a
+ * part (G is only read, so it joins nothing); a record writing what
+ * another tensor's records read joins their parts. Run part by part, out
+ * of order, the group leaves strict mode's bytes. */
+static void test_parts(void) {
+    enum { K = 5, N = 3000 };
+    const int64_t nb = N * 4;
+    float *P[K], *T[K], *Pr[K], *g = malloc(nb);
+    tpu_tensor tp[K], tt[K], G = vec(g, N, TPU_DTYPE_F32);
+    for (int64_t j = 0; j < N; j++)
+        g[j] = (float)(j % 17) / 7.0f;
+    for (int k = 0; k < K; k++) {
+        P[k] = malloc(nb), T[k] = malloc(nb), Pr[k] = malloc(nb);
+        for (int64_t j = 0; j < N; j++)
+            P[k][j] = Pr[k][j] = (float)((j * (k + 3)) % 101) / 13.0f;
+        tp[k] = vec(P[k], N, TPU_DTYPE_F32);
+        tt[k] = vec(T[k], N, TPU_DTYPE_F32);
+    }
+    tpu_op ops[3 * K];
+    tpu_fuse_entry e[4 * K];
+    int n = 0;
+    for (int k = 0; k < K; k++)
+        ops[k] = binary_scalar(TPU_BINARY_MUL, tp[k], tp[k], 0.9);
+    for (int k = 0; k < K; k++)
+        ops[K + k] = binary(TPU_BINARY_ADD, tt[k], tp[k], G);
+    for (int k = 0; k < K; k++)
+        ops[2 * K + k] = binary(TPU_BINARY_MUL, tp[k], tt[k], tt[k]);
+    for (int i = 0; i < 3 * K; i++)
+        e[n++] = rec(&ops[i]);
+    for (int k = 0; k < K; k++)
+        e[n++] = freed(T[k], nb);
+    /* The reference: record by record, on copies. */
+    for (int i = 0; i < 3 * K; i++) {
+        tpu_op r = ops[i];
+        tpu_tensor *ts[3] = {&r.out, &r.in[0], &r.in[1]};
+        for (int t = 0; t < 3; t++)
+            for (int k = 0; k < K; k++)
+                if (ts[t]->data == (void *)P[k])
+                    ts[t]->data = ts[t]->storage = Pr[k];
+        CHECK_OK(tpu_op_run(&r, 0, 1));
+    }
+    CHECK(tpu_fuse_plan_group(e, n, &g_plan) == n && g_plan.n_clusters == 1);
+    const tpu_fuse_cluster *cl = &g_plan.clusters[0];
+    CHECK(cl->n_parts == K && cl->n_work == K * cl->n_tiles);
+    /* Part k holds tensor k's three records, in stream order. */
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < 3; j++)
+            CHECK(g_plan.order[g_plan.part_start[cl->first_part + k] + j] == j * K + k);
+    void *scratch = aligned_alloc(64, (size_t)TPU_FUSE_SCRATCH_BYTES);
+    int failed = -1;
+    CHECK_OK(run_all_out_of_order(&g_plan, scratch, &failed));
+    for (int k = 0; k < K; k++)
+        CHECK(memcmp(P[k], Pr[k], nb) == 0);
+    /* One more record that writes T[0] from P[1]... joins parts 0 and 1. */
+    tpu_op join = binary(TPU_BINARY_ADD, tt[0], tp[1], G);
+    tpu_fuse_entry e2[] = {rec(&ops[0]), rec(&ops[1]), rec(&ops[2]), rec(&join), rec(&ops[K])};
+    CHECK(tpu_fuse_plan_group(e2, 5, &g_plan) == 5 && g_plan.clusters[0].n_parts == 2);
+    free(scratch), free(g);
+    for (int k = 0; k < K; k++)
+        free(P[k]), free(T[k]), free(Pr[k]);
+}
+
 /* The limits: at most TPU_FUSE_MAX_OPS records, TPU_FUSE_MAX_SLOTS values
  * in scratch at once (the rest are written). */
 static void test_limits(void) {
@@ -241,7 +321,7 @@ static uint32_t rnd(void) {
 
 /* The programs' matrices: R x C, in buffers with room for offset views. */
 static int64_t R = 48, C = 70;
-#define NB 4
+#define NB 6
 #define BUF_ELEMS (R * C + 2 * C)
 
 /* A random element-wise record over buffers b[0..NB) (f32 or bf16 each):
@@ -292,7 +372,7 @@ static void random_programs(int64_t rows, int64_t cols, int programs) {
     void *ref[NB], *fus[NB];
     tpu_dtype dt[NB];
     int64_t nbytes[NB];
-    int groups = 0, multi = 0, clustered = 0;
+    int groups = 0, multi = 0, clustered = 0, parted = 0;
     for (int prog = 0; prog < programs; prog++) {
         for (int k = 0; k < NB; k++) {
             dt[k] = rnd() % 3 == 0 ? TPU_DTYPE_BF16 : TPU_DTYPE_F32;
@@ -349,8 +429,10 @@ static void random_programs(int64_t rows, int64_t cols, int programs) {
             if (g_plan.n_steps >= 2) {
                 multi++;
                 clustered += g_plan.n_clusters > 1;
+                parted += g_plan.clusters[0].n_parts > 1;
                 int failed = -1;
-                CHECK_OK(run_all(&g_plan, scratch, &failed));
+                CHECK_OK(prog % 2 ? run_all_out_of_order(&g_plan, scratch, &failed)
+                                  : run_all(&g_plan, scratch, &failed));
             } else {
                 for (int k = i; k < i + taken; k++)
                     CHECK_OK(tpu_op_run(e[k].op, 0, 1));
@@ -363,7 +445,8 @@ static void random_programs(int64_t rows, int64_t cols, int programs) {
             free(fus[k]);
         }
     }
-    CHECK(multi > programs / 4 && groups > multi && clustered > programs / 20);
+    CHECK(multi > programs / 4 && groups > multi && clustered > programs / 20 &&
+          parted > programs / 20);
     free(scratch);
 }
 
@@ -455,6 +538,7 @@ static void test_stream_fused_mode(void) {
 int main(void) {
     test_chain_groups_and_elides();
     test_group_boundaries();
+    test_parts();
     test_limits();
     test_random_programs_match_unfused();
     test_stream_fused_mode();
