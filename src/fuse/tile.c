@@ -1,6 +1,5 @@
 /* Running a planned group: for each tile, every step's record cut down to
  * the tile (its operands' data and dims), in order. */
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,61 +54,6 @@ static void cut(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, const tile_p
     memcpy(t->strides, &view->gstrides[d], (size_t)tp->ndim * sizeof t->strides[0]);
 }
 
-/* Prefetching the next tile. While a tile's steps compute on data the
- * first steps brought into cache, memory would sit idle; so each step
- * first asks for its share of the next tile's lines, of every view the
- * part keeps in memory (contiguous on the tile: others are left to the
- * hardware). The next tile's loads then overlap this tile's arithmetic. */
-#define PREFETCH_VIEWS 16
-typedef struct {
-    int n;
-    const char *lo[PREFETCH_VIEWS];
-    int64_t bytes[PREFETCH_VIEWS];
-} prefetch_set;
-
-static void plan_prefetch(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, int32_t begin,
-                          int32_t end, int64_t t, prefetch_set *ps) {
-    ps->n = 0;
-    tile_pos tp;
-    locate(cl, t, &tp);
-    int32_t seen[PREFETCH_VIEWS];
-    for (int32_t j = begin; j < end && ps->n < PREFETCH_VIEWS; j++) {
-        const tpu_fuse_step *s = &p->steps[p->order[j]];
-        for (int k = 0; k < s->n_operands && ps->n < PREFETCH_VIEWS; k++) {
-            int v = s->view[k];
-            bool dup = s->slot[k] >= 0;
-            for (int m = 0; m < ps->n && !dup; m++)
-                dup = seen[m] == v;
-            if (dup)
-                continue;
-            tpu_tensor tt;
-            cut(p, cl, &tp, v, -1, NULL, &tt);
-            int64_t expect = 1, n = 1;
-            bool dense = true;
-            for (int d = tt.ndim - 1; d >= 0; d--) {
-                dense = dense && (tt.sizes[d] == 1 || tt.strides[d] == expect);
-                expect *= tt.sizes[d];
-                n *= tt.sizes[d];
-            }
-            if (!dense)
-                continue;
-            seen[ps->n] = v;
-            ps->lo[ps->n] = tt.data;
-            ps->bytes[ps->n] = n * p->views[v].elem_size;
-            ps->n++;
-        }
-    }
-}
-
-/* Slice j of `slices` of every range of the set. */
-static void prefetch_slice(const prefetch_set *ps, int j, int slices) {
-    for (int m = 0; m < ps->n; m++) {
-        int64_t lo = ps->bytes[m] * j / slices, hi = ps->bytes[m] * (j + 1) / slices;
-        for (int64_t b = lo & ~(int64_t)63; b < hi; b += 64)
-            __builtin_prefetch(ps->lo[m] + b, 1, 2);
-    }
-}
-
 /* Parts of up to this many steps copy their records once per part a
  * call runs; larger ones copy each record once per tile instead. */
 #define COPIES_MAX 256
@@ -139,12 +83,7 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
         for (int64_t t = w - part * cl->n_tiles; t < t_end; t++) {
             tile_pos tp;
             locate(cl, t, &tp);
-            prefetch_set next = {0};
-            if (t + 1 < t_end)
-                plan_prefetch(p, cl, begin, end, t + 1, &next);
             for (int32_t j = begin; j < end; j++) {
-                if (next.n)
-                    prefetch_slice(&next, j - begin, end - begin);
                 int i = p->order[j];
                 const tpu_fuse_step *s = &p->steps[i];
                 tpu_op *op = copied ? &copies[j - begin] : &one;
