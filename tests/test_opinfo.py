@@ -3,13 +3,28 @@ backend: every op with float32 or int64 support, its first sample inputs
 in those dtypes, through
 native kernels where they exist and the CPU fallback elsewhere. This is
 the broad proof that the fallback, copies and views compose correctly."""
+import importlib.util
 import itertools
+import pathlib
 import warnings
 
 import pytest
 import torch
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_map
+
+# tests/conformance/conformance.py, loaded by path (see test_conformance.py).
+_spec = importlib.util.spec_from_file_location(
+    "tpu_conformance", pathlib.Path(__file__).parent / "conformance" / "conformance.py")
+conformance = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(conformance)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fast_sample_inputs():
+    """The sample iterators' stack walk, skipped (conformance.no_test_fn_lookup)."""
+    with conformance.no_test_fn_lookup():
+        yield
 
 # Ops whose values are random or uninitialised by definition: only the
 # output's metadata is compared.

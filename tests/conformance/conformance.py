@@ -18,13 +18,17 @@ match the CPU's.
 tests/conformance/test_conformance.py runs the same classification and
 fails when an entry regresses against the committed results.json."""
 import argparse
+import contextlib
+import itertools
 import json
 import pathlib
 import sys
 import warnings
 
 import torch
+from torch.testing._internal import common_utils
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.opinfo import core as opinfo_core
 from torch.utils._pytree import tree_leaves, tree_map
 
 RESULTS = pathlib.Path(__file__).with_name("results.json")
@@ -132,7 +136,7 @@ def classify(op, dtype) -> str:
     name = entry_name(op)
     ran = False
     fallback = False
-    for sample in list(op.sample_inputs("cpu", dtype))[:SAMPLES]:
+    for sample in itertools.islice(op.sample_inputs("cpu", dtype), SAMPLES):
         torch.manual_seed(0)
         try:
             expected = op(sample.input, *sample.args, **sample.kwargs)
@@ -183,8 +187,28 @@ def classify(op, dtype) -> str:
     return "fallback-pass" if fallback else "native-pass"
 
 
+@contextlib.contextmanager
+def no_test_fn_lookup():
+    """PyTorch's sample iterators look for the running unittest method by
+    walking inspect.stack(), which reads the source of every frame: three
+    quarters of a run, and never found here (no unittest.TestCase runs
+    this, nor tests/test_opinfo.py, which uses this too), so the lookup is
+    replaced by its answer, None, while it runs."""
+    saved = common_utils.extract_test_fn, opinfo_core.extract_test_fn
+    common_utils.extract_test_fn = opinfo_core.extract_test_fn = lambda: None
+    try:
+        yield
+    finally:
+        common_utils.extract_test_fn, opinfo_core.extract_test_fn = saved
+
+
 def run(dtypes=DTYPES, only=None) -> dict:
     warnings.simplefilter("ignore")
+    with no_test_fn_lookup():
+        return _run(dtypes, only)
+
+
+def _run(dtypes, only) -> dict:
     results = {}
     for dname, dtype in dtypes.items():
         per = {}
