@@ -344,6 +344,81 @@ static bool f32_simple_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, co
     }
 }
 
+/* The arithmetic around the vector math of the activations built on it:
+ * `pre` makes the vector function's argument t from x, `post` the result
+ * from x and t. Compiled once per ISA level so that the loops run as wide
+ * as the vector math between them (the baseline build vectorises them at
+ * 4 lanes); -std=c11 keeps the compiler from contracting anything into an
+ * fma, so every level gives the same bytes. */
+#define ACT_PRE_BODY                                                                               \
+    if (fn == TPU_UNARY_GELU) {                                                                    \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            t[i] = x[i] * (float)TPU_K_SQRT1_2;                                                    \
+    } else if (fn == TPU_UNARY_GELU_TANH) {                                                        \
+        const float beta = (float)(TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5), kappa = 0.044715f;         \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            t[i] = beta * (x[i] + kappa * x[i] * x[i] * x[i]);                                     \
+    }
+#define ACT_POST_BODY                                                                              \
+    if (fn == TPU_UNARY_GELU) {                                                                    \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            o[i] = x[i] * 0.5f * (1.0f + t[i]);                                                    \
+    } else if (fn == TPU_UNARY_GELU_TANH) {                                                        \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            o[i] = 0.5f * x[i] * (1.0f + t[i]);                                                    \
+    } else { /* SILU, MISH */                                                                      \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            o[i] = x[i] * t[i];                                                                    \
+    }
+
+#if TPU_K_X86
+__attribute__((target("avx2,fma"))) static void act_pre_avx2(tpu_unary_fn fn, float *t,
+                                                             const float *x, int64_t n) {
+    ACT_PRE_BODY
+}
+
+__attribute__((target("avx2,fma"))) static void act_post_avx2(tpu_unary_fn fn, float *o,
+                                                              const float *x, const float *t,
+                                                              int64_t n) {
+    ACT_POST_BODY
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+act_pre_512(tpu_unary_fn fn, float *t, const float *x, int64_t n) {
+    ACT_PRE_BODY
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+act_post_512(tpu_unary_fn fn, float *o, const float *x, const float *t, int64_t n) {
+    ACT_POST_BODY
+}
+#endif
+
+static void act_pre(tpu_isa isa, tpu_unary_fn fn, float *t, const float *x, int64_t n) {
+#if TPU_K_X86
+    if (isa >= TPU_ISA_AVX512)
+        act_pre_512(fn, t, x, n);
+    else
+        act_pre_avx2(fn, t, x, n);
+#else
+    (void)isa;
+    ACT_PRE_BODY
+#endif
+}
+
+static void act_post(tpu_isa isa, tpu_unary_fn fn, float *o, const float *x, const float *t,
+                     int64_t n) {
+#if TPU_K_X86
+    if (isa >= TPU_ISA_AVX512)
+        act_post_512(fn, o, x, t, n);
+    else
+        act_post_avx2(fn, o, x, t, n);
+#else
+    (void)isa;
+    ACT_POST_BODY
+#endif
+}
+
 /* n <= TPU_K_EW_CHUNK contiguous f32 values through fn (o may equal x).
  * Where the CPU has vector units, the transcendental functions and the
  * activations built on them run on vecmath.h (within its stated ulps of
@@ -352,42 +427,33 @@ static bool f32_simple_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, co
  * slower than libm), run the reference's scalar body. */
 static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x, int64_t n) {
     float t[TPU_K_EW_CHUNK];
-    if (tpu_kernels_get_isa() >= TPU_ISA_AVX2) {
+    const tpu_isa isa = tpu_kernels_get_isa();
+    if (isa >= TPU_ISA_AVX2) {
         tpu_vm_fn vm = vm_of(fn);
         if (vm != TPU_VM_COUNT) {
             tpu_vm_f32(vm, o, x, n);
             return;
         }
+        bool act = true;
         switch (fn) {
-        case TPU_UNARY_GELU: /* x * 0.5 * (1 + erf(x / sqrt 2)) */
-            for (int64_t i = 0; i < n; i++)
-                t[i] = x[i] * (float)TPU_K_SQRT1_2;
-            tpu_vm_f32(TPU_VM_ERF, t, t, n);
-            for (int64_t i = 0; i < n; i++)
-                o[i] = x[i] * 0.5f * (1.0f + t[i]);
-            return;
-        case TPU_UNARY_GELU_TANH: { /* 0.5 x (1 + tanh(beta (x + kappa x^3))) */
-            const float beta = (float)(TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5), kappa = 0.044715f;
-            for (int64_t i = 0; i < n; i++)
-                t[i] = beta * (x[i] + kappa * x[i] * x[i] * x[i]);
-            tpu_vm_f32(TPU_VM_TANH, t, t, n);
-            for (int64_t i = 0; i < n; i++)
-                o[i] = 0.5f * x[i] * (1.0f + t[i]);
-            return;
-        }
+        case TPU_UNARY_GELU:      /* x * 0.5 * (1 + erf(x / sqrt 2)) */
+        case TPU_UNARY_GELU_TANH: /* 0.5 x (1 + tanh(beta (x + kappa x^3))) */
+            act_pre(isa, fn, t, x, n);
+            tpu_vm_f32(fn == TPU_UNARY_GELU ? TPU_VM_ERF : TPU_VM_TANH, t, t, n);
+            break;
         case TPU_UNARY_SILU: /* x * sigmoid(x) */
             tpu_vm_f32(TPU_VM_SIGMOID, t, x, n);
-            for (int64_t i = 0; i < n; i++)
-                o[i] = x[i] * t[i];
-            return;
+            break;
         case TPU_UNARY_MISH: /* x * tanh(log1p(exp(x))) */
             tpu_vm_f32(TPU_VM_EXP, t, x, n);
             tpu_vm_f32(TPU_VM_LOG1P, t, t, n);
             tpu_vm_f32(TPU_VM_TANH, t, t, n);
-            for (int64_t i = 0; i < n; i++)
-                o[i] = x[i] * t[i];
+            break;
+        default: act = false; break;
+        }
+        if (act) {
+            act_post(isa, fn, o, x, t, n);
             return;
-        default: break;
         }
     }
     if (f32_simple_run(fn, args, o, x, n))
