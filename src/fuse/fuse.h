@@ -124,7 +124,7 @@ typedef struct {
     int64_t bounds[TPU_MAX_DIMS + 1];
     int32_t n_steps;
     int32_t first;   /* its steps are order[first .. first + n_steps) of the plan */
-    int32_t n_parts; /* part k's steps are order[part_start[first_part + k] ..) up to the next */
+    int32_t n_parts; /* its parts are the group's parts first_part .. first_part + n_parts - 1 */
     int32_t first_part;
     int32_t n_slots; /* scratch tiles it uses (<= TPU_FUSE_MAX_SLOTS) */
     int32_t tile_dim;
@@ -141,7 +141,10 @@ typedef struct {
     int32_t n_clusters;
     tpu_fuse_cluster clusters[TPU_FUSE_MAX_CLUSTERS];
     int32_t order[TPU_FUSE_MAX_OPS]; /* step indices by cluster, then part; stream order within */
-    int32_t part_start[TPU_FUSE_MAX_OPS + 1]; /* where each part's steps start in order */
+    /* Part k's steps are order[part_start[k] .. part_start[k + 1]): parts
+     * are numbered across clusters in order, so one more entry ends the last. */
+    int32_t n_parts;
+    int32_t part_start[TPU_FUSE_MAX_OPS + 1];
     /* Planning state: the storages and their hash (index + 1, 0 empty). */
     int32_t n_storages;
     tpu_fuse_storage storages[TPU_FUSE_MAX_STORAGES];

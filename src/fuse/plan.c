@@ -390,10 +390,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         i--;
     }
     static _Thread_local bool busy[TPU_FUSE_MAX_OPS][TPU_FUSE_MAX_SLOTS];
-    int32_t n_parts = 0;
-    for (int c = 0; c < p->n_clusters; c++)
-        n_parts += p->clusters[c].n_parts;
-    memset(busy, 0, (size_t)n_parts * sizeof busy[0]);
+    memset(busy, 0, (size_t)p->n_parts * sizeof busy[0]);
     for (int v = 0; v < p->n_views; v++)
         cur[v] = -1;
     p->n_elided = 0;
@@ -461,7 +458,7 @@ static int32_t root_of(int32_t *up, int32_t i) {
  * order within each. Scratch slots stay valid: a slot's values live
  * within one tile of one part's steps, and restricting stream order to a
  * part keeps every value's lifetime inside its own. */
-static void split_parts(tpu_fuse_plan *p, int c, int32_t *n_parts_total) {
+static void split_parts(tpu_fuse_plan *p, int c) {
     static _Thread_local int32_t up[TPU_FUSE_MAX_OPS], owner[TPU_FUSE_MAX_STORAGES],
         part_of[TPU_FUSE_MAX_OPS], count[TPU_FUSE_MAX_OPS + 1], sorted[TPU_FUSE_MAX_OPS];
     static _Thread_local bool written[TPU_FUSE_MAX_STORAGES];
@@ -505,11 +502,11 @@ static void split_parts(tpu_fuse_plan *p, int c, int32_t *n_parts_total) {
         count[part_of[j] + 1]++;
     for (int k = 0; k < parts; k++)
         count[k + 1] += count[k];
-    cl->first_part = *n_parts_total;
+    cl->first_part = p->n_parts;
     cl->n_parts = parts;
-    for (int k = 0; k < parts; k++)
+    for (int k = 0; k <= parts; k++) /* count[parts] == n: the end (the next cluster's start) */
         p->part_start[cl->first_part + k] = cl->first + count[k];
-    *n_parts_total += parts;
+    p->n_parts += parts;
     for (int j = 0; j < n; j++) {
         p->steps[steps[j]].part = cl->first_part + part_of[j];
         sorted[count[part_of[j]]++] = steps[j];
@@ -541,11 +538,9 @@ static void plan_tiles(tpu_fuse_plan *p, int c) {
     int64_t bytes_per_elem = 0;
     for (int v = 0; v < p->n_views; v++)
         seen[v] = -1;
-    for (int k = 0; k < cl->n_parts; k++) {
-        int32_t end = k + 1 < cl->n_parts ? p->part_start[cl->first_part + k + 1]
-                                          : cl->first + cl->n_steps;
+    for (int k = cl->first_part; k < cl->first_part + cl->n_parts; k++) {
         int64_t bytes = 8 * cl->n_slots;
-        for (int32_t j = p->part_start[cl->first_part + k]; j < end; j++) {
+        for (int32_t j = p->part_start[k]; j < p->part_start[k + 1]; j++) {
             const tpu_fuse_step *st = &p->steps[p->order[j]];
             for (int o = 0; o < st->n_operands; o++)
                 if (seen[st->view[o]] != k) {
@@ -606,9 +601,9 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
         cluster_strides(&p->views[v], cl->sizes, cl->ndim);
     }
     order_steps(p);
-    int32_t n_parts = 0;
+    p->n_parts = 0;
     for (int c = 0; c < p->n_clusters; c++)
-        split_parts(p, c, &n_parts);
+        split_parts(p, c);
     assign_slots(p, entries, taken);
     for (int c = 0; c < p->n_clusters; c++)
         plan_tiles(p, c);

@@ -72,19 +72,16 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
     /* Room for the longest part in range that is copied at all. */
     int32_t longest = 0;
     for (int64_t part = w0 / cl->n_tiles; w0 < w1 && part <= (w1 - 1) / cl->n_tiles; part++) {
-        int32_t end = part + 1 < cl->n_parts ? p->part_start[cl->first_part + part + 1]
-                                             : cl->first + cl->n_steps;
-        int32_t len = end - p->part_start[cl->first_part + part];
-        if (len <= COPIES_MAX && len > longest)
-            longest = len;
+        const int32_t *start = &p->part_start[cl->first_part + part];
+        if (start[1] - start[0] <= COPIES_MAX && start[1] - start[0] > longest)
+            longest = start[1] - start[0];
     }
     if (longest > 0)
         copies = malloc((size_t)longest * sizeof *copies);
     for (int64_t w = w0; w < w1;) {
         const int32_t part = (int32_t)(w / cl->n_tiles);
         const int32_t begin = p->part_start[cl->first_part + part];
-        const int32_t end = part + 1 < cl->n_parts ? p->part_start[cl->first_part + part + 1]
-                                                   : cl->first + cl->n_steps;
+        const int32_t end = p->part_start[cl->first_part + part + 1];
         const bool copied = copies && end - begin <= COPIES_MAX;
         if (copied)
             for (int32_t j = begin; j < end; j++)

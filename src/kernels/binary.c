@@ -617,22 +617,32 @@ direct_512(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_
 }
 #endif
 
-/* Whether the direct loops of the running CPU take this run: a function
- * with a vector form, out and inputs f32 or bf16, and each input read
- * without rounding (its dtype is the one it goes through, or that is f32
- * and it widens exactly). Returns the ISA level to use, or PORTABLE. */
-static tpu_isa direct_isa(const bin_ctx *c, tpu_dtype odt, run_in a, run_in b, bool b_raw) {
+/* The ISA level of the direct loops for c's function on the running CPU:
+ * AVX2 or AVX-512, or PORTABLE where they have no form for it. */
+static tpu_isa direct_isa(const bin_ctx *c) {
 #if TPU_K_X86
-    const tpu_dtype bthrough = b_raw ? b.dt : c->common;
-    if (!has_vector_form(c) || !vector_dtype(odt) || !vector_dtype(a.dt) || !vector_dtype(b.dt) ||
-        (a.dt != c->common && c->common != TPU_DTYPE_F32) ||
-        (b.dt != bthrough && bthrough != TPU_DTYPE_F32))
+    if (!has_vector_form(c))
         return TPU_ISA_PORTABLE;
     tpu_isa isa = tpu_kernels_get_isa();
     return isa >= TPU_ISA_AVX512 ? TPU_ISA_AVX512 : isa;
 #else
-    (void)c, (void)odt, (void)a, (void)b, (void)b_raw;
+    (void)c;
     return TPU_ISA_PORTABLE;
+#endif
+}
+
+/* Whether the direct loops read these operands as they are: out and
+ * inputs f32 or bf16, and each input read without rounding (its dtype is
+ * the one it goes through, or that is f32 and it widens exactly). */
+static bool direct_dtypes(const bin_ctx *c, tpu_dtype odt, run_in a, run_in b, bool b_raw) {
+#if TPU_K_X86
+    const tpu_dtype bthrough = b_raw ? b.dt : c->common;
+    return vector_dtype(odt) && vector_dtype(a.dt) && vector_dtype(b.dt) &&
+           (a.dt == c->common || c->common == TPU_DTYPE_F32) &&
+           (b.dt == bthrough || bthrough == TPU_DTYPE_F32);
+#else
+    (void)c, (void)odt, (void)a, (void)b, (void)b_raw;
+    return false;
 #endif
 }
 
@@ -654,14 +664,12 @@ static void direct_run(tpu_isa isa, const bin_ctx *c, char *po, tpu_dtype odt, r
  * f32 (or the portable loop) and each result rounded once on store. */
 static void mixed_run(const bin_ctx *c, char *po, run_in a, run_in b, bool b_raw, int64_t n) {
     const tpu_dtype cm = c->common;
-    tpu_isa isa = direct_isa(c, cm, a, b, b_raw);
-    if (isa != TPU_ISA_PORTABLE) {
+    const tpu_isa isa = direct_isa(c);
+    if (isa != TPU_ISA_PORTABLE && direct_dtypes(c, cm, a, b, b_raw)) {
         direct_run(isa, c, po, cm, a, b, n);
         return;
     }
-    /* Staged: the f32 chunks always have the direct loops' dtypes. */
-    const run_in f32_chunk = {NULL, TPU_DTYPE_F32, 1};
-    isa = direct_isa(c, TPU_DTYPE_F32, f32_chunk, f32_chunk, true);
+    /* Staged: the f32 chunks are always the direct loops' dtypes. */
     float abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
         int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
