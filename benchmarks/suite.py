@@ -57,6 +57,8 @@ class Row:
     unit: str = ""  # "GFLOP/s" or "GB/s"
     peak: float = 0.0  # the same unit's peak, 0 for none
     note: str = ""
+    cpu_bytes: int = 0  # peak bytes held during one call (peaks_side_by_side), 0: not measured
+    tpu_bytes: int = 0
 
     @property
     def ratio(self) -> float:
@@ -100,6 +102,45 @@ def interleaved(cpu_fn: Callable[[], object], tpu_fn: Callable[[], object], repe
 def side_by_side(make: Callable[[str], Callable[[], object]], repeat: int) -> tuple[float, float]:
     """interleaved() of make("cpu") and make("tpu")."""
     return interleaved(make("cpu"), make("tpu"), repeat)
+
+
+def peak_bytes(device: str, fn: Callable[[], object]) -> int:
+    """The most bytes held at once during one call of fn, above what was
+    held when it started: on tpu the device allocator's peak; on cpu the
+    running sum of every CPU allocation and free that the profiler's
+    memory events record, in time order (PyTorch's CPU allocator keeps no
+    peak of its own). What fn returns is held until it is dropped, on
+    both sides alike."""
+    if device == "tpu":
+        torch.tpu.synchronize()
+        base = torch.tpu.memory_allocated()
+        torch.tpu.reset_peak_memory_stats()
+        result = fn()
+        torch.tpu.synchronize()
+        del result
+        return torch.tpu.max_memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    del result
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU)
+    held = peak = 0
+    for _, nbytes in events:
+        held += nbytes
+        peak = max(peak, held)
+    return peak
+
+
+def peaks_side_by_side(make: Callable[[str], Callable[[], object]]) -> tuple[int, int]:
+    """peak_bytes of make("cpu") and make("tpu"), each measured on its
+    second call (the first creates state such as an optimizer's)."""
+    out = []
+    for device in ("cpu", "tpu"):
+        fn = make(device)
+        fn()
+        out.append(peak_bytes(device, fn))
+    return out[0], out[1]
 
 
 # ---------------------------------------------------------------- machine
@@ -282,7 +323,8 @@ def model_rows(full: bool, repeat: int) -> list[Row]:
                         return m(x).logits
                 return run
             c, t = side_by_side(fwd, max(3, repeat // 3))
-            rows.append(Row("models", f"{name} forward {bsz}x{seq}", c, t))
+            m = peaks_side_by_side(fwd)
+            rows.append(Row("models", f"{name} forward {bsz}x{seq}", c, t, cpu_bytes=m[0], tpu_bytes=m[1]))
         prompt = torch.randint(0, config.vocab_size, (1, 16))
         new = 32
 
@@ -291,13 +333,17 @@ def model_rows(full: bool, repeat: int) -> list[Row]:
             return lambda: m.generate(x, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                                       pad_token_id=0)
         c, t = side_by_side(decode, 3)
+        m = peaks_side_by_side(decode)
         rows.append(Row("models", f"{name} greedy decode, {new} tokens", c, t,
-                        note=f"{new / t:.1f} tokens/s (CPU {new / c:.1f})"))
+                        note=f"{new / t:.1f} tokens/s (CPU {new / c:.1f})", cpu_bytes=m[0], tpu_bytes=m[1]))
         if full:
             ids = torch.randint(0, config.vocab_size, (8, 256))
 
-            c, t = side_by_side(lambda d: train_step(models[d], ids.to(d)), 3)
-            rows.append(Row("models", f"{name} train step 8x256 (AdamW)", c, t))
+            def train(d):
+                return train_step(models[d], ids.to(d))
+            c, t = side_by_side(train, 3)
+            m = peaks_side_by_side(train)
+            rows.append(Row("models", f"{name} train step 8x256 (AdamW)", c, t, cpu_bytes=m[0], tpu_bytes=m[1]))
     return rows
 
 
@@ -306,7 +352,9 @@ def model_rows(full: bool, repeat: int) -> list[Row]:
 
 def fmt_rate(r: Row) -> tuple[str, str]:
     if not r.unit:
-        return r.note, ""
+        mem = (f"peak {r.tpu_bytes / 2**20:.0f} MiB (CPU {r.cpu_bytes / 2**20:.0f}, "
+               f"{r.tpu_bytes / max(r.cpu_bytes, 1):.2f})" if r.cpu_bytes else "")
+        return "; ".join(x for x in (r.note, mem) if x), ""
     tpu_rate = r.rate(r.tpu_s)
     cpu_rate = r.rate(r.cpu_s)
     rate = f"{tpu_rate:.1f} {r.unit} (CPU {cpu_rate:.1f})"

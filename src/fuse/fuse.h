@@ -77,6 +77,10 @@ typedef struct {
     int32_t next_of_storage;
     bool written;
     bool read_later; /* read by a later cluster: never in scratch, never written again */
+    /* Its layout over the cluster: flat (element i of the cluster's
+     * row-major order at data + i elements) and/or one value (every
+     * stride 0); both for one element. */
+    bool flat, one_value;
 } tpu_fuse_view;
 
 /* An allocation views of the group lie in. Views of different storages
@@ -168,9 +172,18 @@ bool tpu_fuse_fusable(const tpu_op *op);
  * plan's other fields are unspecified. */
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *plan);
 
+/* Elements per chunk when a part runs as flat runs (tile.c): its
+ * operands' chunks stay in L1 between its steps. */
+#define TPU_FUSE_CHUNK 512
+
 /* Runs work items [w0, w1) of cluster c of a planned group on the calling
  * thread (0 <= w0 <= w1 <= n_work): for each, its part's steps in order
- * on its tile. `scratch` is this thread's TPU_FUSE_MAX_SLOTS tiles of
+ * on its tile. A part whose records all have flat runs (tpu_op_span_of)
+ * over flat or one-value views runs each tile chunk by chunk instead, every
+ * step on a chunk of TPU_FUSE_CHUNK elements before the next chunk: the
+ * same bytes (each record is the same kernel on the same elements), with
+ * the operands in L1 and the memory streams all read together. `scratch`
+ * is this thread's TPU_FUSE_MAX_SLOTS tiles of
  * TPU_FUSE_TILE_MAX * 8 bytes each. On a kernel error the lowest failing
  * step is in *failed (else it is left alone) and its status returned; the
  * remaining items still run. */

@@ -176,6 +176,19 @@ static void cluster_strides(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
     }
 }
 
+/* Sets v->flat and v->one_value from its strides over the cluster's dims. */
+static void classify_layout(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
+    int64_t row_major = 1;
+    v->flat = v->one_value = true;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (sizes[d] == 1)
+            continue;
+        v->flat &= v->gstrides[d] == row_major;
+        v->one_value &= v->gstrides[d] == 0;
+        row_major *= sizes[d];
+    }
+}
+
 /* ------------------------------------------------------------ planning */
 
 static const tpu_tensor *operand(const tpu_op *op, int k) {
@@ -599,6 +612,7 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
     for (int v = 0; v < p->n_views; v++) {
         const tpu_fuse_cluster *cl = &p->clusters[p->views[v].cluster];
         cluster_strides(&p->views[v], cl->sizes, cl->ndim);
+        classify_layout(&p->views[v], cl->sizes, cl->ndim);
     }
     order_steps(p);
     p->n_parts = 0;

@@ -54,8 +54,73 @@ static void cut(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, const tile_p
     memcpy(t->strides, &view->gstrides[d], (size_t)tp->ndim * sizeof t->strides[0]);
 }
 
-/* Parts of up to this many steps copy their records once per part a
- * call runs; larger ones copy each record once per tile instead. */
+/* The flat index of tile tp's first element in its cluster's row-major
+ * order. */
+static int64_t tile_first(const tpu_fuse_cluster *cl, const tile_pos *tp) {
+    int d = cl->tile_dim;
+    int64_t first = 0, inner = 1;
+    for (int k = cl->ndim - 1; k > d; k--)
+        inner *= cl->sizes[k];
+    first = tp->start * inner;
+    inner *= cl->sizes[d];
+    for (int k = d - 1; k >= 0; k--) {
+        first += tp->outer[k] * inner;
+        inner *= cl->sizes[k];
+    }
+    return first;
+}
+
+/* Whether the steps order[begin .. end) run as flat runs: each record has
+ * one (spans[j - begin]), reading its inputs as its views lie (a flat view
+ * or a scratch tile element by element, a one-value view as one value). */
+static bool part_spans(const tpu_fuse_plan *p, int32_t begin, int32_t end, tpu_op_span *spans) {
+    for (int32_t j = begin; j < end; j++) {
+        const tpu_fuse_step *s = &p->steps[p->order[j]];
+        tpu_op_span *sp = &spans[j - begin];
+        if (!tpu_op_span_of(s->op, sp) || sp->n_in != s->n_operands - 1)
+            return false;
+        if (s->slot[0] < 0 && !p->views[s->view[0]].flat)
+            return false;
+        for (int k = 1; k < s->n_operands; k++) {
+            const tpu_fuse_view *v = &p->views[s->view[k]];
+            bool ok = sp->step[k - 1] == 1 ? s->slot[k] >= 0 || v->flat
+                                           : s->slot[k] < 0 && v->one_value;
+            if (!ok)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Runs tile t of a part as flat runs, TPU_FUSE_CHUNK elements at a time. */
+static void run_spans(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, int32_t begin,
+                      int32_t end, const tpu_op_span *spans, int64_t t, char *scratch) {
+    tile_pos tp;
+    locate(cl, t, &tp);
+    int64_t first = tile_first(cl, &tp), len = 1;
+    for (int k = 0; k < tp.ndim; k++)
+        len *= tp.sizes[k];
+    for (int64_t c0 = 0; c0 < len; c0 += TPU_FUSE_CHUNK) {
+        const int64_t n = len - c0 < TPU_FUSE_CHUNK ? len - c0 : TPU_FUSE_CHUNK;
+        const int64_t at = first + c0; /* the chunk's flat index */
+        for (int32_t j = begin; j < end; j++) {
+            const tpu_fuse_step *s = &p->steps[p->order[j]];
+            const tpu_op_span *sp = &spans[j - begin];
+            char *ptr[TPU_FUSE_MAX_OPERANDS];
+            for (int k = 0; k < s->n_operands; k++) {
+                const tpu_fuse_view *v = &p->views[s->view[k]];
+                int64_t step = k == 0 ? 1 : sp->step[k - 1];
+                ptr[k] = s->slot[k] >= 0 ? scratch + (size_t)s->slot[k] * TPU_FUSE_TILE_MAX * 8
+                                         : v->data + at * step * v->elem_size;
+            }
+            sp->run(sp, ptr[0], (const char *const *)&ptr[1], n);
+        }
+    }
+}
+
+/* Parts of up to this many steps copy their records (or their flat runs)
+ * once per part a call runs; larger ones copy each record once per tile
+ * instead. */
 #define COPIES_MAX 256
 
 tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int64_t w0,
@@ -69,6 +134,7 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
      * than once per tile (a record is 2.4 KB: per tile, the copies cost
      * as much as the small tiles' arithmetic). */
     tpu_op one, *copies = NULL;
+    tpu_op_span *spans = NULL;
     /* Room for the longest part in range that is copied at all. */
     int32_t longest = 0;
     for (int64_t part = w0 / cl->n_tiles; w0 < w1 && part <= (w1 - 1) / cl->n_tiles; part++) {
@@ -76,26 +142,35 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
         if (start[1] - start[0] <= COPIES_MAX && start[1] - start[0] > longest)
             longest = start[1] - start[0];
     }
-    if (longest > 0)
+    if (longest > 0) {
         copies = malloc((size_t)longest * sizeof *copies);
+        spans = malloc((size_t)longest * sizeof *spans);
+    }
     for (int64_t w = w0; w < w1;) {
         const int32_t part = (int32_t)(w / cl->n_tiles);
         const int32_t begin = p->part_start[cl->first_part + part];
         const int32_t end = p->part_start[cl->first_part + part + 1];
-        const bool copied = copies && end - begin <= COPIES_MAX;
-        if (copied)
+        const bool small = copies && spans && end - begin <= COPIES_MAX;
+        /* This part's tiles within [w0, w1). */
+        const int64_t t0 = w - part * cl->n_tiles;
+        const int64_t t_end = (part + 1) * cl->n_tiles < w1 ? cl->n_tiles : w1 - part * cl->n_tiles;
+        w = part * cl->n_tiles + t_end;
+        if (small && part_spans(p, begin, end, spans)) {
+            for (int64_t t = t0; t < t_end; t++)
+                run_spans(p, cl, begin, end, spans, t, scratch);
+            continue;
+        }
+        if (small)
             for (int32_t j = begin; j < end; j++)
                 memcpy(&copies[j - begin], p->steps[p->order[j]].op, sizeof one);
-        /* This part's tiles within [w0, w1). */
-        const int64_t t_end = (part + 1) * cl->n_tiles < w1 ? cl->n_tiles : w1 - part * cl->n_tiles;
-        for (int64_t t = w - part * cl->n_tiles; t < t_end; t++) {
+        for (int64_t t = t0; t < t_end; t++) {
             tile_pos tp;
             locate(cl, t, &tp);
             for (int32_t j = begin; j < end; j++) {
                 int i = p->order[j];
                 const tpu_fuse_step *s = &p->steps[i];
-                tpu_op *op = copied ? &copies[j - begin] : &one;
-                if (!copied)
+                tpu_op *op = small ? &copies[j - begin] : &one;
+                if (!small)
                     memcpy(op, s->op, sizeof one);
                 for (int k = 0; k < s->n_operands; k++)
                     cut(p, cl, &tp, s->view[k], s->slot[k], scratch,
@@ -108,9 +183,9 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
                 }
             }
         }
-        w = part * cl->n_tiles + t_end;
     }
     free(copies);
+    free(spans);
     if (first == TPU_OK)
         return TPU_OK;
     *failed = first_step;

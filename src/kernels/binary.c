@@ -20,6 +20,7 @@
  * memory offsets on the flat fast path); every element is independent, so
  * any split gives the same bytes. */
 #include <math.h>
+#include <string.h>
 
 #include "ew.h"
 #include "ew_simd.h"
@@ -735,40 +736,80 @@ static void cmp_flat(const bin_ctx *c, uint8_t *o, run_in a, run_in b, bool b_ra
     }
 }
 
-/* Fast path: comparisons and logical functions into a dense bool out
- * (cmp_flat); and f32/f16/bf16 operands (aligned), a float-result
- * function and out in the common dtype. If out is dense and the inputs are laid
- * out like it or broadcast scalars, the op runs over flat memory; else,
- * if the coalesced shape has out contiguous in its last dim and each
- * input contiguous or broadcast there (a row or column broadcast), it
- * runs row by row. Anything else goes to the reference. */
+/* The flat run: out dense and each input laid out like it or one value.
+ * Comparisons and logical functions into a bool out go through cmp_flat,
+ * float-result functions with out in the common dtype through mixed_run. */
+typedef struct {
+    bin_ctx c;
+    float other; /* the record's scalar operand, as the reference reads it */
+    bool cmp;    /* cmp_flat, else mixed_run */
+    bool b_raw;  /* b is read in its own dtype (b_opmath, or the scalar) */
+    tpu_dtype a_dt, b_dt;
+} binary_span_state;
+_Static_assert(sizeof(binary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+
+static void binary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
+    const binary_span_state *st = (const binary_span_state *)s->state;
+    const run_in a = {in[0], st->a_dt, s->step[0]};
+    const run_in b = s->n_in == 2 ? (run_in){in[1], st->b_dt, s->step[1]}
+                                  : (run_in){(const char *)&st->other, TPU_DTYPE_F32, 0};
+    if (st->cmp)
+        cmp_flat(&st->c, (uint8_t *)out, a, b, st->b_raw, n);
+    else
+        mixed_run(&st->c, out, a, b, st->b_raw, n);
+}
+
+/* Whether the operands are ones the run loops read: f32/f16/bf16 (aligned)
+ * inputs, and a float-result function with out in the common dtype, or a
+ * -> bool function into a bool out. */
+static bool run_operands_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
+    const tpu_tensor *o = &op->out;
+    if (tpu_k_ew_compute_of(c->common) != EW_F32 || !run_dtype_ok(&op->in[0]) ||
+        (op->n_in == 2 && !run_dtype_ok(&op->in[1])))
+        return false;
+    return to_bool ? o->dtype == TPU_DTYPE_BOOL : o->dtype == c->common && run_dtype_ok(o);
+}
+
+bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
+    const tpu_tensor *o = &op->out;
+    const tpu_k_fn_row *row = tpu_k_fn_row_of(op);
+    if (row == NULL)
+        return false;
+    const bin_ctx c = bin_ctx_of(op);
+    int64_t sa, sb = 0;
+    if (!run_operands_ok(op, &c, row->to_bool) || !tpu_k_is_dense(o) ||
+        !tpu_k_flat_step(&op->in[0], o, &sa) || (op->n_in == 2 && !tpu_k_flat_step(&op->in[1], o, &sb)))
+        return false;
+    tpu_k_span_init(s, op, binary_span_run);
+    s->step[0] = (int32_t)sa;
+    s->step[1] = (int32_t)sb;
+    const bool b_raw = op->p.ew.b_opmath;
+    binary_span_state st = {
+        c, b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common),
+        row->to_bool, b_raw || op->n_in == 1, op->in[0].dtype,
+        op->n_in == 2 ? op->in[1].dtype : TPU_DTYPE_F32};
+    memcpy(s->state, &st, sizeof st);
+    return true;
+}
+
+/* Fast path: the flat run where there is one (above); else, for the
+ * float-result functions, if the coalesced shape has out contiguous in
+ * its last dim and each input contiguous or broadcast there (a row or
+ * column broadcast), row by row. Anything else goes to the reference. */
 tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
+    tpu_op_span span;
+    if (tpu_k_binary_span(op, &span)) {
+        tpu_k_span_share(&span, ith, nth);
+        return TPU_OK;
+    }
     const tpu_tensor *o = &op->out, *ta = &op->in[0];
     const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
     const bin_ctx c = bin_ctx_of(op);
     const bool b_raw = op->p.ew.b_opmath;
+    if (tpu_k_fn_row_of(op)->to_bool || !run_operands_ok(op, &c, false))
+        return tpu_k_binary_ref(op, ith, nth);
     /* The scalar operand, as the reference reads it. */
     const float other = b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common);
-    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
-    if (to_bool && o->dtype == TPU_DTYPE_BOOL && tpu_k_ew_compute_of(c.common) == EW_F32 &&
-        run_dtype_ok(ta) && (!tb || run_dtype_ok(tb)) && tpu_k_is_dense(o)) {
-        run_in a = {ta->data, ta->dtype, 1};
-        run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
-                      : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
-        if (tpu_k_flat_step(ta, o, &a.step) && (!tb || tpu_k_flat_step(tb, o, &b.step))) {
-            int64_t start, end;
-            tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-            if (start >= end)
-                return TPU_OK;
-            a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
-            b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
-            cmp_flat(&c, (uint8_t *)o->data + start, a, b, b_raw || !tb, end - start);
-            return TPU_OK;
-        }
-    }
-    if (o->dtype != c.common || tpu_k_ew_compute_of(c.common) != EW_F32 || to_bool ||
-        !run_dtype_ok(o) || !run_dtype_ok(ta) || (tb && !run_dtype_ok(tb)))
-        return tpu_k_binary_ref(op, ith, nth);
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
@@ -777,13 +818,6 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
                   : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
     const bool b_raw_run = b_raw || !tb; /* the scalar is already rounded */
-    /* Flat: shift every operand to this share's first offset. */
-    if (tpu_k_is_dense(o) && tpu_k_flat_step(ta, o, &a.step) && (!tb || tpu_k_flat_step(tb, o, &b.step))) {
-        a.p += start * a.step * (int64_t)tpu_dtype_size(a.dt);
-        b.p += start * b.step * (int64_t)tpu_dtype_size(b.dt);
-        mixed_run(&c, tpu_k_ptr(o, start), a, b, b_raw_run, end - start);
-        return TPU_OK;
-    }
     /* Rows: coalesce, then require unit (or zero) steps along the last dim. */
     const int64_t *strides[3] = {o->strides, ta->strides, tb ? tb->strides : o->strides};
     tpu_k_shape sh;

@@ -271,14 +271,54 @@ static bool wants_tiles(const tpu_k_shape *sh) {
  * coalesced shape) and the common float conversions (flat or by row runs,
  * vectorised for contiguous aligned runs). Other pairs go to the
  * reference path. */
+/* The flat run: both sides the same flat array (out dense, in laid out
+ * like it), copied or converted. */
+typedef struct {
+    bool same, aligned;
+} copy_span_state;
+_Static_assert(sizeof(copy_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+
+static void copy_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
+    const copy_span_state *st = (const copy_span_state *)s->state;
+    const tpu_dtype odt = s->op->out.dtype, idt = s->op->in[0].dtype;
+    if (st->same)
+        copy_run_same(out, 1, in[0], 1, n, (size_t)s->out_size);
+    else if (!convert_run_contig(out, odt, in[0], idt, n, st->aligned))
+        convert_run_float(out, odt, 1, in[0], idt, 1, n);
+}
+
+/* Plain copies between the same dtype or a fast float pair, not a
+ * transpose (the fast path tiles those), over the same flat array. */
+bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    const bool same = o->dtype == in->dtype;
+    if (op->fn != TPU_COPY_PLAIN || (!same && !is_fast_float_pair(o->dtype, in->dtype)) ||
+        !tpu_k_is_dense(o) || !tpu_k_same_layout(in, o))
+        return false;
+    const int64_t *strides[2] = {o->strides, in->strides};
+    tpu_k_shape sh;
+    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 2, strides);
+    if (same && tpu_k_numel(o) > 0 && wants_tiles(&sh))
+        return false;
+    tpu_k_span_init(s, op, copy_span_run);
+    copy_span_state st = {same, tpu_k_is_aligned(o) && tpu_k_is_aligned(in)};
+    memcpy(s->state, &st, sizeof st);
+    return true;
+}
+
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     bool same = o->dtype == in->dtype;
     if (op->fn != TPU_COPY_PLAIN || (!same && !is_fast_float_pair(o->dtype, in->dtype)))
         return tpu_k_copy_ref(op, ith, nth);
+    tpu_op_span span;
+    if (tpu_k_copy_span(op, &span)) {
+        tpu_k_span_share(&span, ith, nth);
+        return TPU_OK;
+    }
     int64_t numel = tpu_k_numel(o);
     bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);
-    size_t es = tpu_dtype_size(o->dtype), ies = tpu_dtype_size(in->dtype);
+    size_t es = tpu_dtype_size(o->dtype);
     const int64_t *strides[2] = {o->strides, in->strides};
     tpu_k_shape sh;
     tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 2, strides);
@@ -290,16 +330,6 @@ tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_split(numel, ith, nth, &start, &end);
     if (start >= end)
         return TPU_OK;
-    if (tpu_k_is_dense(o) && tpu_k_same_layout(in, o)) {
-        /* Both sides are the same flat array: copy this share's part. */
-        char *po = (char *)o->data + start * (int64_t)es;
-        const char *pi = (const char *)in->data + start * (int64_t)ies;
-        if (same)
-            copy_run_same(po, 1, pi, 1, end - start, es);
-        else if (!convert_run_contig(po, o->dtype, pi, in->dtype, end - start, aligned))
-            convert_run_float(po, o->dtype, 1, pi, in->dtype, 1, end - start);
-        return TPU_OK;
-    }
     /* Walk the coalesced shape one innermost-row run at a time. */
     const int64_t *cs[2] = {sh.strides[0], sh.strides[1]};
     tpu_k_iter it;
@@ -383,6 +413,21 @@ static void fill_run(char *p, int64_t stride, const char *elem, size_t es, int64
     }
 }
 
+/* The flat run of a constant fill of a dense out: the value's bytes,
+ * converted once. */
+static void fill_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
+    (void)in;
+    fill_run(out, 1, (const char *)s->state, (size_t)s->out_size, n);
+}
+
+bool tpu_k_fill_span(const tpu_op *op, tpu_op_span *s) {
+    if (op->fn != TPU_FILL_CONSTANT || !tpu_k_is_dense(&op->out))
+        return false;
+    tpu_k_span_init(s, op, fill_span_run);
+    fill_one((char *)s->state, op);
+    return true;
+}
+
 /* Fast path: convert the value once, then replicate its bytes (a flat run
  * for dense out, strided row runs otherwise). Same bytes as the reference
  * because both go through fill_one. */
@@ -394,13 +439,14 @@ tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
         return TPU_OK;
+    tpu_op_span span;
+    if (tpu_k_fill_span(op, &span)) {
+        tpu_k_span_share(&span, ith, nth);
+        return TPU_OK;
+    }
     char elem[8];
     fill_one(elem, op);
     size_t es = tpu_dtype_size(o->dtype);
-    if (tpu_k_is_dense(o)) {
-        fill_run((char *)o->data + start * (int64_t)es, 1, elem, es, end - start);
-        return TPU_OK;
-    }
     const int64_t *strides[1] = {o->strides};
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 1, strides, start);

@@ -114,6 +114,24 @@ bool tpu_k_cpu_has_avx2_fma(void);
  * (tpu_kernels_best_isa) and the ISA cap allows them. */
 bool tpu_k_cpu_has_avx512(void);
 
+/* Flat runs (tpu_op_span_of): each family's span function fills *s when
+ * its fast kernel would take the flat run for op, and that kernel runs
+ * the run itself through tpu_k_span_share, so fused chunks and whole ops
+ * share one code path. */
+bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s);
+bool tpu_k_fill_span(const tpu_op *op, tpu_op_span *s);
+bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s);
+bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s);
+bool tpu_k_ternary_span(const tpu_op *op, tpu_op_span *s);
+
+/* Fills the fields of *s every family sets alike: op, n_in, element sizes
+ * and the steps (1 for every input: the caller sets the broadcast ones). */
+void tpu_k_span_init(tpu_op_span *s, const tpu_op *op,
+                     void (*run)(const tpu_op_span *, char *, const char *const *, int64_t));
+
+/* Runs share ith of nth of the flat run s of op (its own operands). */
+void tpu_k_span_share(const tpu_op_span *s, int ith, int nth);
+
 /* COPY and FILL (copy_fill.c). */
 tpu_status tpu_k_copy_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth);

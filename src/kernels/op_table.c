@@ -621,3 +621,40 @@ tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
 tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
     return tpu_op_run_phase(op, 0, ith, nth);
 }
+
+bool tpu_op_span_of(const tpu_op *op, tpu_op_span *s) {
+    if (op == NULL || s == NULL || tpu_kernels_get_reference() || op->n_in > 3)
+        return false;
+    switch (op->code) {
+    case TPU_OP_COPY: return tpu_k_copy_span(op, s);
+    case TPU_OP_FILL: return tpu_k_fill_span(op, s);
+    case TPU_OP_UNARY: return tpu_k_unary_span(op, s);
+    case TPU_OP_BINARY: return tpu_k_binary_span(op, s);
+    case TPU_OP_TERNARY: return tpu_k_ternary_span(op, s);
+    default: return false;
+    }
+}
+
+void tpu_k_span_init(tpu_op_span *s, const tpu_op *op,
+                     void (*run)(const tpu_op_span *, char *, const char *const *, int64_t)) {
+    s->run = run;
+    s->op = op;
+    s->n_in = op->n_in;
+    s->out_size = (int32_t)tpu_dtype_size(op->out.dtype);
+    for (int k = 0; k < 3; k++) {
+        s->step[k] = 1;
+        s->in_size[k] = k < op->n_in ? (int32_t)tpu_dtype_size(op->in[k].dtype) : 0;
+    }
+}
+
+void tpu_k_span_share(const tpu_op_span *s, int ith, int nth) {
+    const tpu_op *op = s->op;
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(&op->out), ith, nth, &start, &end);
+    if (start >= end)
+        return;
+    const char *in[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < s->n_in; k++)
+        in[k] = (const char *)op->in[k].data + start * s->step[k] * s->in_size[k];
+    s->run(s, (char *)op->out.data + start * s->out_size, in, end - start);
+}

@@ -12,6 +12,7 @@
  * Work split: contiguous ranges of out's row-major element index; every
  * element is independent, so any split gives the same bytes. */
 #include <math.h>
+#include <string.h>
 
 #include "ew.h"
 #include "kernels_internal.h"
@@ -123,31 +124,6 @@ static bool flat_f32(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
     return t->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(t) && tpu_k_flat_step(t, o, step);
 }
 
-/* Fast path: ADDCMUL, ADDCDIV and LERP with f32 common and operands laid
- * out like a dense f32 out (the optimizers' case), as flat loops with the
- * function chosen once; the bytes are the reference's. The rest goes to
- * the reference. */
-/* WHERE with a dense bool condition laid out like a dense f32 out and f32
- * values laid out like it or broadcast: a select per element. */
-static bool where_f32(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *cond = &op->in[0];
-    int64_t sb, sc = 0;
-    if (op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 || !tpu_k_is_aligned(o) ||
-        !tpu_k_is_dense(o) || cond->dtype != TPU_DTYPE_BOOL || !tpu_k_same_layout(cond, o) ||
-        !flat_f32(&op->in[1], o, &sb) || (op->n_in == 3 && !flat_f32(&op->in[2], o, &sc)))
-        return false;
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    const float other = (float)op->p.ew.other.f;
-    const uint8_t *m = (const uint8_t *)cond->data + start;
-    const float *b = (const float *)op->in[1].data + start * sb;
-    const float *c = op->n_in == 3 ? (const float *)op->in[2].data + start * sc : &other;
-    float *out = (float *)o->data + start;
-    for (int64_t i = 0; i < end - start; i++)
-        out[i] = m[i] ? b[i * sb] : c[i * sc];
-    return true;
-}
-
 /* lerp with one weight w (the optimizers' case). fmaf is one rounding
  * in both: without FMA instructions at compile time it is a libm call per
  * element, so CPUs with AVX2 and FMA take a variant compiled for them
@@ -203,44 +179,81 @@ __attribute__((target("avx512f,fma"))) static void addc_dense_avx512(tpu_ternary
     ADDC_DENSE_BODY
 }
 
-tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out;
-    const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
-    int64_t sa, sb, sc = 0;
-    if (fn == TPU_TERNARY_WHERE && where_f32(op, ith, nth))
-        return TPU_OK;
-    if (fn == TPU_TERNARY_WHERE || op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 ||
-        !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) || !flat_f32(&op->in[0], o, &sa) ||
-        !flat_f32(&op->in[1], o, &sb) || (op->n_in == 3 && !flat_f32(&op->in[2], o, &sc)))
-        return tpu_k_ternary_ref(op, ith, nth);
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    /* common is f32 here: the scalar c needs no rounding either way. */
-    const float other = (float)op->p.ew.other.f, alpha = (float)op->p.ew.alpha.f;
-    const float *a = (const float *)op->in[0].data + start * sa;
-    const float *b = (const float *)op->in[1].data + start * sb;
-    const float *c = op->n_in == 3 ? (const float *)op->in[2].data + start * sc : &other;
-    float *out = (float *)o->data + start;
-    const int64_t n = end - start;
+/* The flat runs, the function chosen once: WHERE with a bool condition
+ * laid out like a dense f32 out and f32 values laid out like it or
+ * broadcast (a select per element); ADDCMUL, ADDCDIV and LERP with f32
+ * common and operands laid out like a dense f32 out or broadcast (the
+ * optimizers' case). The bytes are the reference's. */
+typedef struct {
+    tpu_ternary_fn fn;
+    float alpha, other; /* common is f32: the scalar c needs no rounding */
+} ternary_span_state;
+_Static_assert(sizeof(ternary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+
+static void ternary_span_run(const tpu_op_span *s, char *out_bytes, const char *const *in,
+                             int64_t n) {
+    const ternary_span_state *st = (const ternary_span_state *)s->state;
+    const tpu_ternary_fn fn = st->fn;
+    float *out = (float *)out_bytes;
+    const float *c = s->n_in == 3 ? (const float *)in[2] : &st->other;
+    const int64_t sb = s->step[1], sc = s->n_in == 3 ? s->step[2] : 0;
+    const float *b = (const float *)in[1];
+    if (fn == TPU_TERNARY_WHERE) {
+        const uint8_t *m = (const uint8_t *)in[0];
+        for (int64_t i = 0; i < n; i++)
+            out[i] = m[i] ? b[i * sb] : c[i * sc];
+        return;
+    }
+    const float *a = (const float *)in[0];
+    const int64_t sa = s->step[0];
     /* One loop per function and step pattern of the common cases, so the
      * compiler vectorises them; others take the generic loop. */
     if (sa == 1 && sb == 1 && sc == 1 && fn != TPU_TERNARY_LERP) {
         if (tpu_kernels_get_isa() >= TPU_ISA_AVX512)
-            addc_dense_avx512(fn, out, a, b, c, alpha, n);
+            addc_dense_avx512(fn, out, a, b, c, st->alpha, n);
         else if (tpu_kernels_get_isa() >= TPU_ISA_AVX2)
-            addc_dense_avx2(fn, out, a, b, c, alpha, n);
+            addc_dense_avx2(fn, out, a, b, c, st->alpha, n);
         else
-            addc_dense(fn, out, a, b, c, alpha, n);
-        return TPU_OK;
+            addc_dense(fn, out, a, b, c, st->alpha, n);
+        return;
     }
     if (sa == 1 && sb == 1 && sc == 0 && fn == TPU_TERNARY_LERP) {
         if (tpu_kernels_get_isa() >= TPU_ISA_AVX2)
             lerp_scalar_w_avx2(out, a, b, c[0], n);
         else
             lerp_scalar_w(out, a, b, c[0], n);
-        return TPU_OK;
+        return;
     }
     for (int64_t i = 0; i < n; i++)
-        out[i] = tern_f32(fn, alpha, a[i * sa], b[i * sb], c[i * sc]);
+        out[i] = tern_f32(fn, st->alpha, a[i * sa], b[i * sb], c[i * sc]);
+}
+
+bool tpu_k_ternary_span(const tpu_op *op, tpu_op_span *s) {
+    const tpu_tensor *o = &op->out;
+    const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
+    int64_t steps[3] = {1, 1, 0};
+    if (op->n_in < 2 || op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 ||
+        !tpu_k_is_aligned(o) || !tpu_k_is_dense(o))
+        return false;
+    if (fn == TPU_TERNARY_WHERE ? op->in[0].dtype != TPU_DTYPE_BOOL || !tpu_k_same_layout(&op->in[0], o)
+                                : !flat_f32(&op->in[0], o, &steps[0]))
+        return false;
+    for (int k = 1; k < op->n_in; k++)
+        if (!flat_f32(&op->in[k], o, &steps[k]))
+            return false;
+    tpu_k_span_init(s, op, ternary_span_run);
+    for (int k = 0; k < 3; k++)
+        s->step[k] = (int32_t)steps[k];
+    ternary_span_state st = {fn, (float)op->p.ew.alpha.f, (float)op->p.ew.other.f};
+    memcpy(s->state, &st, sizeof st);
+    return true;
+}
+
+/* Fast path: the flat runs; the rest goes to the reference. */
+tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
+    tpu_op_span s;
+    if (!tpu_k_ternary_span(op, &s))
+        return tpu_k_ternary_ref(op, ith, nth);
+    tpu_k_span_share(&s, ith, nth);
     return TPU_OK;
 }

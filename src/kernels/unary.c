@@ -14,6 +14,7 @@
  * Work split: contiguous ranges of out's row-major element index; every
  * element is independent, so any split gives the same bytes. */
 #include <math.h>
+#include <string.h>
 
 #include "ew.h"
 #include "kernels_internal.h"
@@ -320,28 +321,59 @@ static tpu_vm_fn vm_of(tpu_unary_fn fn) {
         return true;                                                                               \
     } while (0)
 
-static bool f32_simple_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x,
-                           int64_t n) {
-    const float a0 = (float)args[0].f, a1 = (float)args[1].f;
-    switch (fn) {
-    case TPU_UNARY_NEG: SIMPLE_LOOP(-v);
-    case TPU_UNARY_ABS: SIMPLE_LOOP(fabsf(v));
-    case TPU_UNARY_RECIPROCAL: SIMPLE_LOOP(1.0f / v);
-    case TPU_UNARY_SQRT: SIMPLE_LOOP(sqrtf(v));
-    case TPU_UNARY_RELU: SIMPLE_LOOP((v > 0.0f || v != v) ? v : 0.0f);
-    case TPU_UNARY_LEAKY_RELU: SIMPLE_LOOP(v > 0.0f ? v : v * a0);
-    case TPU_UNARY_HARDSIGMOID: SIMPLE_LOOP(v != v ? v : fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
-    case TPU_UNARY_HARDSWISH: SIMPLE_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);
-    case TPU_UNARY_CLAMP: {
-        /* NaN bounds take the scalar body (a NaN lower bound wins there). */
-        int64_t which = args[2].i;
-        if (((which & 1) && a0 != a0) || ((which & 2) && a1 != a1))
-            return false;
-        const float lo = (which & 1) ? a0 : -INFINITY, hi = (which & 2) ? a1 : INFINITY;
-        SIMPLE_LOOP(v != v ? v : (v >= lo ? v : lo) <= hi ? (v >= lo ? v : lo) : hi);
+#define F32_SIMPLE_BODY                                                                            \
+    const float a0 = (float)args[0].f, a1 = (float)args[1].f;                                      \
+    switch (fn) {                                                                                  \
+    case TPU_UNARY_NEG: SIMPLE_LOOP(-v);                                                           \
+    case TPU_UNARY_ABS: SIMPLE_LOOP(fabsf(v));                                                     \
+    case TPU_UNARY_RECIPROCAL: SIMPLE_LOOP(1.0f / v);                                              \
+    case TPU_UNARY_SQRT: SIMPLE_LOOP(sqrtf(v));                                                    \
+    case TPU_UNARY_FLOOR: SIMPLE_LOOP(floorf(v));                                                  \
+    case TPU_UNARY_CEIL: SIMPLE_LOOP(ceilf(v));                                                    \
+    case TPU_UNARY_ROUND: SIMPLE_LOOP(nearbyintf(v));                                              \
+    case TPU_UNARY_TRUNC: SIMPLE_LOOP(truncf(v));                                                  \
+    case TPU_UNARY_FRAC: SIMPLE_LOOP(v - truncf(v));                                               \
+    case TPU_UNARY_RELU: SIMPLE_LOOP((v > 0.0f || v != v) ? v : 0.0f);                             \
+    case TPU_UNARY_LEAKY_RELU: SIMPLE_LOOP(v > 0.0f ? v : v * a0);                                 \
+    case TPU_UNARY_HARDSIGMOID:                                                                    \
+        SIMPLE_LOOP(v != v ? v : fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);                       \
+    case TPU_UNARY_HARDSWISH: SIMPLE_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);         \
+    case TPU_UNARY_CLAMP: {                                                                        \
+        /* NaN bounds take the scalar body (a NaN lower bound wins there). */                      \
+        int64_t which = args[2].i;                                                                 \
+        if (((which & 1) && a0 != a0) || ((which & 2) && a1 != a1))                                \
+            return false;                                                                          \
+        const float lo = (which & 1) ? a0 : -INFINITY, hi = (which & 2) ? a1 : INFINITY;           \
+        SIMPLE_LOOP(v != v ? v : (v >= lo ? v : lo) <= hi ? (v >= lo ? v : lo) : hi);              \
+    }                                                                                              \
+    default: return false;                                                                         \
     }
-    default: return false;
-    }
+
+/* Compiled once per ISA level, so that sqrt and division run as wide as
+ * the cores allow (the baseline build runs them at 4 lanes); each body is
+ * exact IEEE arithmetic, so every level gives the same bytes. */
+#if TPU_K_X86
+__attribute__((target("avx2,fma"))) static bool
+f32_simple_avx2(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x, int64_t n) {
+    F32_SIMPLE_BODY
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static bool
+f32_simple_512(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x, int64_t n) {
+    F32_SIMPLE_BODY
+}
+#endif
+
+static bool f32_simple_run(tpu_isa isa, tpu_unary_fn fn, const tpu_scalar *args, float *o,
+                           const float *x, int64_t n) {
+#if TPU_K_X86
+    if (isa >= TPU_ISA_AVX512)
+        return f32_simple_512(fn, args, o, x, n);
+    if (isa >= TPU_ISA_AVX2)
+        return f32_simple_avx2(fn, args, o, x, n);
+#endif
+    (void)isa;
+    F32_SIMPLE_BODY
 }
 
 /* The arithmetic around the vector math of the activations built on it:
@@ -456,7 +488,7 @@ static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const flo
             return;
         }
     }
-    if (f32_simple_run(fn, args, o, x, n))
+    if (f32_simple_run(isa, fn, args, o, x, n))
         return;
     for (int64_t i = 0; i < n; i++)
         o[i] = un_f32(fn, x[i], args);
@@ -474,32 +506,52 @@ bool tpu_op_layout_sensitive(const tpu_op *op) {
            tpu_k_unary_uses_vecmath((tpu_unary_fn)op->fn);
 }
 
-/* Fast path: a float-result function on f32/f16/bf16 (aligned), out in
- * the common dtype, input and out dense with the same layout (the common
- * case: a contiguous tensor, or out allocated like its input). The input
- * is staged through f32 chunks and each result rounded once on store, so
- * the bytes are the reference's. The rest goes to the reference. */
-tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth) {
+/* The flat run: the input staged through f32 chunks and each result
+ * rounded once on store, so the bytes are the reference's. */
+typedef struct {
+    tpu_unary_fn fn;
+    tpu_dtype in_dt, common;
+} unary_span_state;
+_Static_assert(sizeof(unary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+
+static void unary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
+    const unary_span_state *u = (const unary_span_state *)s->state;
+    float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        const float *x = tpu_k_ew_stage_f32(in[0] + off * s->in_size[0], u->in_dt, 1, len,
+                                            u->common, xbuf);
+        char *po = out + off * s->out_size;
+        float *dst = u->common == TPU_DTYPE_F32 ? (float *)po : obuf;
+        f32_run(u->fn, s->op->p.ew.args, dst, x, len);
+        if (u->common != TPU_DTYPE_F32)
+            tpu_k_cvt_from_f32(po, u->common, obuf, len);
+    }
+}
+
+/* The fast path's case: a float-result function on f32/f16/bf16
+ * (aligned), out in the common dtype, input and out dense with the same
+ * layout (a contiguous tensor, or out allocated like its input). */
+bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_tensor *o = &op->out, *a = &op->in[0];
     const tpu_dtype cm = op->p.ew.common;
-    if (o->dtype != cm || tpu_k_ew_compute_of(cm) != EW_F32 || tpu_k_fn_row_of(op)->to_bool ||
+    if (op->fn < 0 || op->fn >= TPU_UNARY_COUNT || o->dtype != cm ||
+        tpu_k_ew_compute_of(cm) != EW_F32 || tpu_k_fn_row_of(op)->to_bool ||
         !tpu_k_cvt_supported(a->dtype) || !tpu_k_is_aligned(a) || !tpu_k_is_aligned(o) ||
         !tpu_k_is_dense(o) || !tpu_k_same_layout(a, o))
+        return false;
+    tpu_k_span_init(s, op, unary_span_run);
+    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm};
+    memcpy(s->state, &u, sizeof u);
+    return true;
+}
+
+/* Fast path: the flat run where there is one; the rest goes to the
+ * reference. */
+tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth) {
+    tpu_op_span s;
+    if (!tpu_k_unary_span(op, &s))
         return tpu_k_unary_ref(op, ith, nth);
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    const tpu_unary_fn fn = (tpu_unary_fn)op->fn;
-    float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
-    const size_t ies = tpu_dtype_size(a->dtype), oes = tpu_dtype_size(cm);
-    for (int64_t off = start; off < end; off += TPU_K_EW_CHUNK) {
-        int64_t len = end - off < TPU_K_EW_CHUNK ? end - off : TPU_K_EW_CHUNK;
-        const float *x = tpu_k_ew_stage_f32((const char *)a->data + off * (int64_t)ies, a->dtype, 1,
-                                            len, cm, xbuf);
-        char *po = (char *)o->data + off * (int64_t)oes;
-        float *dst = cm == TPU_DTYPE_F32 ? (float *)po : obuf;
-        f32_run(fn, op->p.ew.args, dst, x, len);
-        if (cm != TPU_DTYPE_F32)
-            tpu_k_cvt_from_f32(po, cm, obuf, len);
-    }
+    tpu_k_span_share(&s, ith, nth);
     return TPU_OK;
 }

@@ -1230,27 +1230,54 @@ static bool match_f(double got, const ex *x, tpu_dtype dt, const tolspec *ts) {
 
 /* ------------------------------------------------------------ runner */
 
+/* A way to run an op: reference or fast at an ISA level, in nth shares,
+ * or (span) as its flat run (tpu_op_span_of) called on uneven chunks, as
+ * fused mode calls it; an op without a flat run runs whole then. */
 typedef struct {
     bool ref, ok;
     int isa, nth;
+    bool span;
 } way;
 
 static int n_ways(way *w) {
     int n = 0;
-    w[n++] = (way){true, true, TPU_ISA_COUNT - 1, 1};
-    w[n++] = (way){true, true, TPU_ISA_COUNT - 1, 3};
+    w[n++] = (way){true, true, TPU_ISA_COUNT - 1, 1, false};
+    w[n++] = (way){true, true, TPU_ISA_COUNT - 1, 3, false};
     for (int isa = 0; isa <= (int)tpu_kernels_best_isa(); isa++) {
-        w[n++] = (way){false, true, isa, 1};
-        w[n++] = (way){false, true, isa, 3};
+        w[n++] = (way){false, true, isa, 1, false};
+        w[n++] = (way){false, true, isa, 3, false};
+        w[n++] = (way){false, true, isa, 1, true};
     }
     return n;
 }
 
 static const char *way_name(const way *w) {
     static char s[64];
-    snprintf(s, sizeof s, "%s%s nth=%d", w->ref ? "ref" : "fast/", w->ref ? "" : tpu_isa_name(w->isa),
-             w->nth);
+    snprintf(s, sizeof s, "%s%s nth=%d%s", w->ref ? "ref" : "fast/", w->ref ? "" : tpu_isa_name(w->isa),
+             w->nth, w->span ? " span" : "");
     return s;
+}
+
+static int g_spans; /* ops run as flat runs */
+
+/* Runs op's flat run over its elements in chunks of 1, 2, 3, ... 40
+ * elements in turn (what fused mode's tiles and chunks do), or, without
+ * one, the op whole. */
+static tpu_status run_span_chunks(const tpu_op *op) {
+    tpu_op_span s;
+    if (!tpu_op_span_of(op, &s))
+        return run_shares(op, 1);
+    g_spans++;
+    const int64_t n = t_numel(&op->out);
+    for (int64_t i = 0, len = 1; i < n; i += len, len = len % 40 + 1) {
+        if (len > n - i)
+            len = n - i;
+        const char *in[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < s.n_in; k++)
+            in[k] = (const char *)op->in[k].data + i * s.step[k] * s.in_size[k];
+        s.run(&s, (char *)op->out.data + i * s.out_size, in, len);
+    }
+    return TPU_OK;
 }
 
 static int g_cases;
@@ -1261,7 +1288,7 @@ static int g_cases;
  * buffers to restore before each run (out may be one of them). */
 static void run_all(const char *label, const tpu_op *op, buf *outb, buf **ins, int n_ins,
                     const ex *want, const tolspec *ts, const tpu_op *print_in) {
-    way w[2 + 2 * TPU_ISA_COUNT];
+    way w[2 + 3 * TPU_ISA_COUNT];
     int nw = n_ways(w);
     int64_t n = t_numel(&op->out);
     size_t es = t_size(op->out.dtype);
@@ -1293,7 +1320,7 @@ static void run_all(const char *label, const tpu_op *op, buf *outb, buf **ins, i
             memcpy(outb->alloc, outb->pristine, outb->bytes);
         tpu_kernels_set_reference(w[k].ref);
         tpu_kernels_set_isa((tpu_isa)w[k].isa);
-        tpu_status st = run_shares(op, w[k].nth);
+        tpu_status st = w[k].span ? run_span_chunks(op) : run_shares(op, w[k].nth);
         tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
         tpu_kernels_set_reference(false);
         CHECK_OK(st);
@@ -2496,6 +2523,7 @@ int main(void) {
     test_ternary_inplace_empty();
     tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
     tpu_kernels_set_reference(false);
-    printf("%d element-wise cases\n", g_cases);
+    printf("%d element-wise cases, %d run as flat runs\n", g_cases, g_spans);
+    CHECK(g_spans > 0);
     return check_report();
 }

@@ -730,6 +730,33 @@ TPU_API bool tpu_op_fn_takes(tpu_op_code code, int32_t fn, tpu_dtype dt);
  * planner keeps such records whole unless every operand is contiguous. */
 TPU_API bool tpu_op_layout_sensitive(const tpu_op *op);
 
+/* A record's computation as one flat run over its elements in memory
+ * order (tpu_op_span_of): what the fused-mode runner calls on chunks of a
+ * few hundred elements, so it carries the work the fast kernel would do
+ * per call once, in `state`. */
+typedef struct tpu_op_span tpu_op_span;
+struct tpu_op_span {
+    /* Computes n elements of the run: out points at the first one's
+     * output, in[k] at input k's first element (step[k] == 0: the one
+     * value every element reads). Never fails. */
+    void (*run)(const tpu_op_span *s, char *out, const char *const *in, int64_t n);
+    const tpu_op *op;             /* the record (its scalars and dtypes) */
+    int32_t n_in;                 /* inputs run reads: the record's n_in */
+    int32_t step[3];              /* per input: 1 (laid out like out) or 0 */
+    int32_t out_size, in_size[3]; /* element sizes in bytes */
+    _Alignas(16) unsigned char state[96]; /* the family's precomputed state */
+};
+
+/* True if a checked record's fast kernel computes it as one flat run
+ * (out dense, each input laid out like out or one value broadcast), and
+ * then that run in *s: for any offsets [i, i + n) of out's memory,
+ * s->run(s, out + i * out_size, {in[k] + i * step[k] * in_size[k]}, n)
+ * writes exactly the bytes tpu_op_run writes there, given the same input
+ * values. op must outlive s. False (s unspecified) in reference mode and
+ * for the records without such a run: the UNARY, BINARY and TERNARY fast
+ * paths' flat runs, plain copies and constant fills have one. */
+TPU_API bool tpu_op_span_of(const tpu_op *op, tpu_op_span *s);
+
 /* Number of function codes of a family (1 for COPY, whose fn is 0); 0
  * outside the enum. */
 TPU_API int32_t tpu_op_fn_count(tpu_op_code code);
