@@ -1,5 +1,5 @@
-/* The fused-eager planner: groups of element-wise records run as one pass
- * over memory.
+/* The fused-eager planner: groups of element-wise records, and the row
+ * reductions among them, run as one pass over memory.
  *
  * In fused mode a stream holds the element-wise records it is given (and
  * the allocator's "this block is dead" markers) until a sync point, a
@@ -79,8 +79,9 @@ typedef struct {
     bool read_later; /* read by a later cluster: never in scratch, never written again */
     /* Its layout over the cluster: flat (element i of the cluster's
      * row-major order at data + i elements) and/or one value (every
-     * stride 0); both for one element. */
-    bool flat, one_value;
+     * stride 0; both for one element); broadcast: some stride 0 (a
+     * reduction's out, or a read of one), never in scratch. */
+    bool flat, one_value, broadcast;
 } tpu_fuse_view;
 
 /* An allocation views of the group lie in. Views of different storages
@@ -103,6 +104,7 @@ typedef struct {
     int32_t view[TPU_FUSE_MAX_OPERANDS];
     int32_t slot[TPU_FUSE_MAX_OPERANDS];
     int32_t part; /* its part, numbered across the group's clusters */
+    int64_t row_length; /* a reduction: elements per output (tpu_fuse_row_length); else 0 */
 } tpu_fuse_step;
 
 /* The records of one element count, and how its elements are cut into
@@ -131,6 +133,7 @@ typedef struct {
     int32_t n_parts; /* its parts are the group's parts first_part .. first_part + n_parts - 1 */
     int32_t first_part;
     int32_t n_slots; /* scratch tiles it uses (<= TPU_FUSE_MAX_SLOTS) */
+    int64_t row_length; /* the longest row its reductions reduce: tiles hold whole rows (0: none) */
     int32_t tile_dim;
     int64_t tile_block, tile_elems, n_tiles;
     int64_t n_work; /* n_parts * n_tiles */
@@ -159,10 +162,22 @@ typedef struct {
 } tpu_fuse_plan;
 
 /* Whether a checked record may join a group: the element-wise families
- * (UNARY, BINARY, TERNARY), plain device copies and constant fills, with
- * one phase, no scratch, at most 3 inputs and at least one element. The
- * stream asks at enqueue time; only such records are ever held. */
+ * (UNARY, BINARY, TERNARY), plain device copies, constant fills and the
+ * row reductions (tpu_fuse_row_length), with one phase, no scratch, at
+ * most 3 inputs and at least one element. The stream asks at enqueue
+ * time; only such records are ever held. */
 bool tpu_fuse_fusable(const tpu_op *op);
+
+/* For a REDUCE record that a group may hold, the elements of one row (one
+ * output's inputs), else 0: SUM, MEAN, AMAX or AMIN over trailing dims
+ * that are row-major contiguous in its input, rows of 1 to
+ * TPU_FUSE_TILE_MAX elements. Its kernel computes each output from its
+ * own row alone, in an order fixed by the row (reduce.c), so a tile of
+ * whole rows gives each row's strict-mode bits. In a group its out is
+ * a view of its input's cluster broadcast along the row (stride 0), so
+ * an element-wise record reading it (x - mean) joins the same cluster and
+ * tile; the cluster's tiles then hold whole rows. */
+int64_t tpu_fuse_row_length(const tpu_op *op);
 
 /* Plans the group that starts at entries[0] (a run of n >= 1 entries,
  * records that tpu_fuse_fusable accepts and free markers): takes entries

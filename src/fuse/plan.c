@@ -20,6 +20,40 @@ static bool contiguous(const tpu_tensor *t) {
     return true;
 }
 
+int64_t tpu_fuse_row_length(const tpu_op *op) {
+    if (op->code != TPU_OP_REDUCE || op->n_in != 1)
+        return 0;
+    switch (op->fn) {
+    case TPU_REDUCE_SUM:
+    case TPU_REDUCE_MEAN:
+    case TPU_REDUCE_AMAX:
+    case TPU_REDUCE_AMIN:
+        break;
+    default:
+        return 0;
+    }
+    const tpu_tensor *in = &op->in[0];
+    const uint32_t mask = op->p.reduce.mask;
+    /* Aligned: a tile in scratch always is, and the kernel's path must not
+     * change with where the row lies. */
+    if (in->ndim == 0 || mask == 0 || in->ndim > 31 || (mask >> in->ndim) != 0 ||
+        (uintptr_t)in->data % tpu_dtype_size(in->dtype) != 0)
+        return 0;
+    /* The mask must be the dims [first, ndim), row-major contiguous. */
+    int first = in->ndim;
+    while (first > 0 && ((mask >> (first - 1)) & 1u))
+        first--;
+    if ((mask & ((1u << first) - 1u)) != 0)
+        return 0;
+    int64_t row = 1;
+    for (int d = in->ndim - 1; d >= first; d--) {
+        if (in->sizes[d] != 1 && in->strides[d] != row)
+            return 0;
+        row *= in->sizes[d];
+    }
+    return row >= 1 && row <= TPU_FUSE_TILE_MAX ? row : 0;
+}
+
 bool tpu_fuse_fusable(const tpu_op *op) {
     switch (op->code) {
     case TPU_OP_UNARY:
@@ -32,6 +66,10 @@ bool tpu_fuse_fusable(const tpu_op *op) {
         break;
     case TPU_OP_FILL: /* ARANGE reads the element's position */
         if (op->fn != TPU_FILL_CONSTANT)
+            return false;
+        break;
+    case TPU_OP_REDUCE:
+        if (tpu_fuse_row_length(op) == 0)
             return false;
         break;
     default:
@@ -176,23 +214,40 @@ static void cluster_strides(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
     }
 }
 
-/* Sets v->flat and v->one_value from its strides over the cluster's dims. */
+/* Sets v->flat, v->one_value and v->broadcast from its strides over the
+ * cluster's dims. */
 static void classify_layout(tpu_fuse_view *v, const int64_t *sizes, int ndim) {
     int64_t row_major = 1;
     v->flat = v->one_value = true;
+    v->broadcast = false;
     for (int d = ndim - 1; d >= 0; d--) {
         if (sizes[d] == 1)
             continue;
         v->flat &= v->gstrides[d] == row_major;
         v->one_value &= v->gstrides[d] == 0;
+        v->broadcast |= v->gstrides[d] == 0;
         row_major *= sizes[d];
     }
 }
 
 /* ------------------------------------------------------------ planning */
 
-static const tpu_tensor *operand(const tpu_op *op, int k) {
-    return k == 0 ? &op->out : &op->in[k - 1];
+/* Operand k of a record as a view of its cluster (k = 0: out). A
+ * reduction's out is taken broadcast over its input's shape (stride 0
+ * along the reduced dims): a view of the input's cluster that holds each
+ * row's value at every element of the row, as an element-wise reader of
+ * it (x - mean) sees it. */
+static tpu_tensor operand(const tpu_op *op, int k) {
+    if (k > 0)
+        return op->in[k - 1];
+    tpu_tensor t = op->out;
+    if (op->code == TPU_OP_REDUCE)
+        for (int d = 0; d < op->in[0].ndim; d++) {
+            t.sizes[d] = op->in[0].sizes[d];
+            if ((op->p.reduce.mask >> d) & 1u)
+                t.strides[d] = 0;
+        }
+    return t;
 }
 
 static int64_t numel_of(const tpu_tensor *t) {
@@ -263,7 +318,7 @@ static void drop_storages(tpu_fuse_plan *p, int n) {
 static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     if (p->n_steps == TPU_FUSE_MAX_OPS)
         return false;
-    int64_t numel = numel_of(&op->out);
+    int64_t numel = numel_of(op->code == TPU_OP_REDUCE ? &op->in[0] : &op->out);
     int c = 0;
     while (c < p->n_clusters && p->clusters[c].numel != numel)
         c++;
@@ -279,10 +334,11 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     tpu_fuse_view nv[TPU_FUSE_MAX_OPERANDS];
     int idx[TPU_FUSE_MAX_OPERANDS], n_new = 0;
     for (int k = 0; k < n_operands; k++) {
-        describe(operand(op, k), &nv[k]);
+        const tpu_tensor t = operand(op, k);
+        describe(&t, &nv[k]);
         nv[k].cluster = c;
         bool added = false;
-        nv[k].storage = storage_of(p, operand(op, k), &added);
+        nv[k].storage = storage_of(p, &t, &added);
         n_added += added;
         boundaries b;
         boundaries_of(nv[k].csizes, nv[k].cdims, &b);
@@ -353,6 +409,9 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     s->entry = entry;
     s->cluster = c;
     s->n_operands = n_operands;
+    s->row_length = tpu_fuse_row_length(op);
+    if (s->row_length > cl->row_length)
+        cl->row_length = s->row_length;
     for (int k = 0; k < n_operands; k++) {
         s->view[k] = idx[k] <= -2 ? base + (-2 - idx[k]) : idx[k];
         s->slot[k] = -1;
@@ -424,7 +483,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         for (int k = 1; k < s->n_operands; k++)
             s->slot[k] = cur[s->view[k]];
         int v = s->view[0], old = cur[v], slot = -1;
-        if (dies[i] && !p->views[v].read_later)
+        if (dies[i] && !p->views[v].read_later && !p->views[v].broadcast)
             for (int c = 0; c < TPU_FUSE_MAX_SLOTS && slot < 0; c++)
                 if (!taken[c])
                     slot = c;
@@ -544,7 +603,8 @@ static void cluster_shape(tpu_fuse_cluster *cl) {
 
 /* Cuts a cluster's elements into tiles of about the cache's size: the
  * bytes per element of its largest part (its distinct views and the
- * scratch slots) fill about 256 KiB. */
+ * scratch slots) fill about 256 KiB. A tile holds whole rows of its
+ * reductions (row_length <= TPU_FUSE_TILE_MAX elements). */
 static void plan_tiles(tpu_fuse_plan *p, int c) {
     static _Thread_local int32_t seen[TPU_FUSE_MAX_VIEWS];
     tpu_fuse_cluster *cl = &p->clusters[c];
@@ -572,13 +632,14 @@ static void plan_tiles(tpu_fuse_plan *p, int c) {
     /* The outermost dim whose trailing dims fit in a tile. */
     int d = 0;
     int64_t inner = cl->numel;
-    while (d < cl->ndim - 1 && inner / cl->sizes[d] > target) {
+    while (d < cl->ndim - 1 && inner / cl->sizes[d] > target &&
+           inner / cl->sizes[d] / cl->sizes[d + 1] >= cl->row_length) {
         inner /= cl->sizes[d];
         d++;
     }
     inner /= cl->sizes[d]; /* elements of the dims after d */
     int64_t block = inner >= target ? 1 : target / inner;
-    if (block > cl->sizes[d])
+    if (block > cl->sizes[d] || inner < cl->row_length) /* one row is the cluster: one tile */
         block = cl->sizes[d];
     int64_t outer = 1;
     for (int k = 0; k < d; k++)

@@ -54,6 +54,20 @@ static void cut(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, const tile_p
     memcpy(t->strides, &view->gstrides[d], (size_t)tp->ndim * sizeof t->strides[0]);
 }
 
+/* A reduction cut to a tile of whole rows: its out was cut as the
+ * broadcast view (every dim of the tile); the trailing dims that make up
+ * a row become the reduced ones, of size 1 in out. */
+static void cut_rows(tpu_op *op, int64_t row_length) {
+    uint32_t mask = 0;
+    int64_t row = 1;
+    for (int d = op->in[0].ndim - 1; d >= 0 && row < row_length; d--) {
+        row *= op->in[0].sizes[d];
+        op->out.sizes[d] = 1;
+        mask |= 1u << d;
+    }
+    op->p.reduce.mask = mask;
+}
+
 /* The flat index of tile tp's first element in its cluster's row-major
  * order. */
 static int64_t tile_first(const tpu_fuse_cluster *cl, const tile_pos *tp) {
@@ -175,6 +189,8 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
                 for (int k = 0; k < s->n_operands; k++)
                     cut(p, cl, &tp, s->view[k], s->slot[k], scratch,
                         k == 0 ? &op->out : &op->in[k - 1]);
+                if (s->row_length > 0)
+                    cut_rows(op, s->row_length);
                 tpu_status st = tpu_op_run(op, 0, 1);
                 if (st != TPU_OK && i < first_step) {
                     first = st;

@@ -749,7 +749,9 @@ typedef struct {
 _Static_assert(sizeof(binary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
 
 static void binary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
-    const binary_span_state *st = (const binary_span_state *)s->state;
+    binary_span_state state;
+    memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
+    const binary_span_state *st = &state;
     const run_in a = {in[0], st->a_dt, s->step[0]};
     const run_in b = s->n_in == 2 ? (run_in){in[1], st->b_dt, s->step[1]}
                                   : (run_in){(const char *)&st->other, TPU_DTYPE_F32, 0};

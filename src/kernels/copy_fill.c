@@ -279,7 +279,9 @@ typedef struct {
 _Static_assert(sizeof(copy_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
 
 static void copy_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
-    const copy_span_state *st = (const copy_span_state *)s->state;
+    copy_span_state state;
+    memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
+    const copy_span_state *st = &state;
     const tpu_dtype odt = s->op->out.dtype, idt = s->op->in[0].dtype;
     if (st->same)
         copy_run_same(out, 1, in[0], 1, n, (size_t)s->out_size);

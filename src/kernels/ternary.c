@@ -192,7 +192,9 @@ _Static_assert(sizeof(ternary_span_state) <= sizeof(((tpu_op_span *)0)->state), 
 
 static void ternary_span_run(const tpu_op_span *s, char *out_bytes, const char *const *in,
                              int64_t n) {
-    const ternary_span_state *st = (const ternary_span_state *)s->state;
+    ternary_span_state state;
+    memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
+    const ternary_span_state *st = &state;
     const tpu_ternary_fn fn = st->fn;
     float *out = (float *)out_bytes;
     const float *c = s->n_in == 3 ? (const float *)in[2] : &st->other;

@@ -515,7 +515,9 @@ typedef struct {
 _Static_assert(sizeof(unary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
 
 static void unary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
-    const unary_span_state *u = (const unary_span_state *)s->state;
+    unary_span_state state;
+    memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
+    const unary_span_state *u = &state;
     float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
         int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;

@@ -280,6 +280,121 @@ static void test_parts(void) {
         free(P[k]), free(T[k]), free(Pr[k]);
 }
 
+static tpu_op reduce(int fn, tpu_tensor out, tpu_tensor in, uint32_t mask) {
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_REDUCE;
+    op.fn = fn;
+    op.n_in = 1;
+    op.out = out;
+    op.in[0] = in;
+    op.p.reduce.mask = mask;
+    return op;
+}
+
+/* LayerNorm's statistics written out in ops, over rows of x [R, D]:
+ * mu = mean(x), d = x - mu, var = mean(d * d), s = sqrt(var + eps),
+ * y = d / s. Buffers: x, mu, d, dd, var, ve, s, y (mu..s as [R, 1]). */
+enum { LN_R = 301, LN_D = 97 };
+typedef struct {
+    float *x, *mu, *d, *dd, *var, *ve, *s, *y;
+    tpu_op ops[7];
+} ln_prog;
+
+static void ln_build(ln_prog *g) {
+    const int64_t nb = LN_R * LN_D * 4, rb = LN_R * 4;
+    float **bufs[] = {&g->x, &g->mu, &g->d, &g->dd, &g->var, &g->ve, &g->s, &g->y};
+    for (int i = 0; i < 8; i++)
+        *bufs[i] = calloc(LN_R * LN_D, 4);
+    for (int64_t j = 0; j < LN_R * LN_D; j++)
+        g->x[j] = (float)((j * 7919) % 1013) / 97.0f - 5.0f;
+    tpu_tensor X = view2(g->x, nb, TPU_DTYPE_F32, 0, LN_R, LN_D, LN_D, 1);
+    tpu_tensor D = view2(g->d, nb, TPU_DTYPE_F32, 0, LN_R, LN_D, LN_D, 1);
+    tpu_tensor DD = view2(g->dd, nb, TPU_DTYPE_F32, 0, LN_R, LN_D, LN_D, 1);
+    tpu_tensor Y = view2(g->y, nb, TPU_DTYPE_F32, 0, LN_R, LN_D, LN_D, 1);
+    /* [R, 1] values, and the same read broadcast along the rows. */
+    tpu_tensor MU = view2(g->mu, rb, TPU_DTYPE_F32, 0, LN_R, 1, 1, 1);
+    tpu_tensor MUb = view2(g->mu, rb, TPU_DTYPE_F32, 0, LN_R, LN_D, 1, 0);
+    tpu_tensor VAR = view2(g->var, rb, TPU_DTYPE_F32, 0, LN_R, 1, 1, 1);
+    tpu_tensor VE = view2(g->ve, rb, TPU_DTYPE_F32, 0, LN_R, 1, 1, 1);
+    tpu_tensor S = view2(g->s, rb, TPU_DTYPE_F32, 0, LN_R, 1, 1, 1);
+    tpu_tensor Sb = view2(g->s, rb, TPU_DTYPE_F32, 0, LN_R, LN_D, 1, 0);
+    g->ops[0] = reduce(TPU_REDUCE_MEAN, MU, X, 2u);
+    g->ops[1] = binary(TPU_BINARY_SUB, D, X, MUb);
+    g->ops[2] = binary(TPU_BINARY_MUL, DD, D, D);
+    g->ops[3] = reduce(TPU_REDUCE_MEAN, VAR, DD, 2u);
+    g->ops[4] = binary_scalar(TPU_BINARY_ADD, VE, VAR, 1e-5);
+    g->ops[5] = unary(TPU_UNARY_SQRT, S, VE);
+    g->ops[6] = binary(TPU_BINARY_DIV, Y, D, Sb);
+}
+
+static void ln_free(ln_prog *g) {
+    free(g->x), free(g->mu), free(g->d), free(g->dd), free(g->var), free(g->ve), free(g->s), free(g->y);
+}
+
+/* Reductions over rows join the group of their input's element count:
+ * they and the element-wise records around them run on tiles of whole
+ * rows, and give the record-by-record bytes. */
+static void test_row_reductions(void) {
+    ln_prog f, r;
+    ln_build(&f);
+    ln_build(&r);
+    for (int i = 0; i < 7; i++)
+        CHECK_OK(tpu_op_run(&r.ops[i], 0, 1));
+    for (int i = 0; i < 7; i++)
+        CHECK(tpu_fuse_fusable(&f.ops[i]));
+    CHECK(tpu_fuse_row_length(&f.ops[0]) == LN_D && tpu_fuse_row_length(&f.ops[1]) == 0);
+    /* dd dies after the second mean. y = d / s reads s, which a later
+     * cluster (the [R] records) writes: the group ends before it. */
+    tpu_fuse_entry e[] = {rec(&f.ops[0]), rec(&f.ops[1]), rec(&f.ops[2]), rec(&f.ops[3]),
+                          freed(f.dd, LN_R * LN_D * 4), rec(&f.ops[4]), rec(&f.ops[5]),
+                          rec(&f.ops[6])};
+    CHECK(tpu_fuse_plan_group(e, 8, &g_plan) == 7);
+    CHECK(g_plan.n_steps == 6 && g_plan.n_clusters == 2);
+    const tpu_fuse_cluster *rows = &g_plan.clusters[0];
+    CHECK(rows->numel == LN_R * LN_D && rows->n_steps == 4 && rows->row_length == LN_D);
+    CHECK(g_plan.clusters[1].numel == LN_R && g_plan.clusters[1].n_steps == 2);
+    /* Tiles of whole rows, more than one. */
+    CHECK(rows->tile_elems % LN_D == 0 && rows->n_tiles > 1);
+    /* d * d lives in scratch; the means' outs (read broadcast) never do. */
+    CHECK(g_plan.steps[2].slot[0] >= 0 && g_plan.steps[3].slot[1] == g_plan.steps[2].slot[0]);
+    CHECK(g_plan.steps[0].slot[0] == -1 && g_plan.steps[3].slot[0] == -1);
+    /* x - mu reads mu as the view the mean wrote. */
+    CHECK(g_plan.steps[1].view[2] == g_plan.steps[0].view[0]);
+    void *scratch = aligned_alloc(64, (size_t)TPU_FUSE_SCRATCH_BYTES);
+    int failed = -1;
+    CHECK_OK(run_all_out_of_order(&g_plan, scratch, &failed));
+    CHECK_OK(tpu_op_run(&f.ops[6], 0, 1));
+    const int64_t nb = LN_R * LN_D * 4, rb = LN_R * 4;
+    CHECK(memcmp(f.mu, r.mu, rb) == 0 && memcmp(f.var, r.var, rb) == 0);
+    CHECK(memcmp(f.s, r.s, rb) == 0 && memcmp(f.d, r.d, nb) == 0 && memcmp(f.y, r.y, nb) == 0);
+
+    /* One row that is the whole cluster: one tile. */
+    tpu_tensor X1 = vec(f.x, 5000, TPU_DTYPE_F32), T1 = vec(f.d, 5000, TPU_DTYPE_F32);
+    tpu_op sq = binary(TPU_BINARY_MUL, T1, X1, X1), total = reduce(TPU_REDUCE_SUM, vec(f.mu, 1, TPU_DTYPE_F32), T1, 1u);
+    tpu_fuse_entry one[] = {rec(&sq), rec(&total)};
+    CHECK(tpu_fuse_plan_group(one, 2, &g_plan) == 2 && g_plan.n_clusters == 1);
+    CHECK(g_plan.clusters[0].n_tiles == 1 && g_plan.clusters[0].tile_elems == 5000);
+
+    /* What stays out: leading dims, rows longer than a tile, products,
+     * rows not contiguous. */
+    tpu_tensor X = view2(f.x, nb, TPU_DTYPE_F32, 0, LN_R, LN_D, LN_D, 1);
+    tpu_tensor Xt = view2(f.x, nb, TPU_DTYPE_F32, 0, LN_R, LN_D, 1, LN_R);
+    tpu_tensor cols = view2(f.mu, rb, TPU_DTYPE_F32, 0, 1, LN_D, LN_D, 1);
+    tpu_tensor MU = view2(f.mu, rb, TPU_DTYPE_F32, 0, LN_R, 1, 1, 1);
+    tpu_op lead = reduce(TPU_REDUCE_SUM, cols, X, 1u), prod = reduce(TPU_REDUCE_PROD, MU, X, 2u),
+           strided = reduce(TPU_REDUCE_SUM, MU, Xt, 2u), amax = reduce(TPU_REDUCE_AMAX, MU, X, 2u);
+    CHECK(!tpu_fuse_fusable(&lead) && !tpu_fuse_fusable(&prod) && !tpu_fuse_fusable(&strided));
+    CHECK(tpu_fuse_fusable(&amax));
+    float *big = calloc(TPU_FUSE_TILE_MAX + 1, 4);
+    tpu_op long_row = reduce(TPU_REDUCE_SUM, vec(f.mu, 1, TPU_DTYPE_F32),
+                             vec(big, TPU_FUSE_TILE_MAX + 1, TPU_DTYPE_F32), 1u);
+    CHECK(!tpu_fuse_fusable(&long_row));
+    free(big), free(scratch);
+    ln_free(&f);
+    ln_free(&r);
+}
+
 /* The limits: at most TPU_FUSE_MAX_OPS records, TPU_FUSE_MAX_SLOTS values
  * in scratch at once (the rest are written). */
 static void test_limits(void) {
@@ -539,6 +654,7 @@ int main(void) {
     test_chain_groups_and_elides();
     test_group_boundaries();
     test_parts();
+    test_row_reductions();
     test_limits();
     test_random_programs_match_unfused();
     test_stream_fused_mode();

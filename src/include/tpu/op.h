@@ -744,7 +744,7 @@ struct tpu_op_span {
     int32_t n_in;                 /* inputs run reads: the record's n_in */
     int32_t step[3];              /* per input: 1 (laid out like out) or 0 */
     int32_t out_size, in_size[3]; /* element sizes in bytes */
-    _Alignas(16) unsigned char state[96]; /* the family's precomputed state */
+    uint64_t state[12]; /* the family's precomputed state (8-byte aligned) */
 };
 
 /* True if a checked record's fast kernel computes it as one flat run
