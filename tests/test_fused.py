@@ -83,6 +83,39 @@ def test_planner_fuses_and_skips_freed_intermediates():
     del y
 
 
+def layer_norm_ops(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    d = x - mu
+    var = (d * d).mean(-1, keepdim=True)
+    return d / torch.sqrt(var + eps) * w + b
+
+
+def softmax_ops(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("shape", [(301, 97), (3, 5, 7, 11), (2, 16385), (1, 4096)])
+def test_row_reductions_fuse_and_are_bit_identical(shape):
+    torch.manual_seed(0)
+    xc = torch.randn(shape) * 3
+    wc, bc = torch.randn(shape[-1]), torch.randn(shape[-1])
+    x, w, b = xc.to("tpu"), wc.to("tpu"), bc.to("tpu")
+    s, f = both_modes(lambda: [layer_norm_ops(x, w, b), softmax_ops(x), x.sum(-1), x.amin((-2, -1))])
+    assert_same_bits(s, f)
+    for got, want in zip(s, [layer_norm_ops(xc, wc, bc), softmax_ops(xc), xc.sum(-1), xc.amin((-2, -1))]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    with torch.tpu.mode("fused"):
+        torch.tpu.reset_fusion_stats()
+        layer_norm_ops(x, w, b).cpu()
+        st = torch.tpu.fusion_stats()
+    if shape[-1] <= 16384:
+        # both means join the groups (9 records of 9), and d * d is never written
+        assert st["fused_records"] == 9 and st["values_not_written"] >= 1
+    else:  # rows longer than a tile: the means run on their own
+        assert st["fused_records"] == 7
+
+
 def test_strict_mode_does_not_fuse():
     x = torch.randn(1000, device="tpu")
     with torch.tpu.mode("strict"):
