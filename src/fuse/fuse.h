@@ -169,11 +169,10 @@ typedef struct {
 bool tpu_fuse_fusable(const tpu_op *op);
 
 /* For a REDUCE record that a group may hold, the elements of one row (one
- * output's inputs), else 0: SUM, MEAN, AMAX or AMIN over trailing dims
- * that are row-major contiguous in its input, rows of 1 to
- * TPU_FUSE_TILE_MAX elements. Its kernel computes each output from its
- * own row alone, in an order fixed by the row (reduce.c), so a tile of
- * whole rows gives each row's strict-mode bits. In a group its out is
+ * output's inputs), else 0: tpu_op_row_length's rows (each output computed
+ * from its own row alone, in an order fixed by the row, so a tile of
+ * whole rows gives each row's strict-mode bits) of at most
+ * TPU_FUSE_TILE_MAX elements. In a group its out is
  * a view of its input's cluster broadcast along the row (stride 0), so
  * an element-wise record reading it (x - mean) joins the same cluster and
  * tile; the cluster's tiles then hold whole rows. */

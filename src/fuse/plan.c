@@ -21,37 +21,8 @@ static bool contiguous(const tpu_tensor *t) {
 }
 
 int64_t tpu_fuse_row_length(const tpu_op *op) {
-    if (op->code != TPU_OP_REDUCE || op->n_in != 1)
-        return 0;
-    switch (op->fn) {
-    case TPU_REDUCE_SUM:
-    case TPU_REDUCE_MEAN:
-    case TPU_REDUCE_AMAX:
-    case TPU_REDUCE_AMIN:
-        break;
-    default:
-        return 0;
-    }
-    const tpu_tensor *in = &op->in[0];
-    const uint32_t mask = op->p.reduce.mask;
-    /* Aligned: a tile in scratch always is, and the kernel's path must not
-     * change with where the row lies. */
-    if (in->ndim == 0 || mask == 0 || in->ndim > 31 || (mask >> in->ndim) != 0 ||
-        (uintptr_t)in->data % tpu_dtype_size(in->dtype) != 0)
-        return 0;
-    /* The mask must be the dims [first, ndim), row-major contiguous. */
-    int first = in->ndim;
-    while (first > 0 && ((mask >> (first - 1)) & 1u))
-        first--;
-    if ((mask & ((1u << first) - 1u)) != 0)
-        return 0;
-    int64_t row = 1;
-    for (int d = in->ndim - 1; d >= first; d--) {
-        if (in->sizes[d] != 1 && in->strides[d] != row)
-            return 0;
-        row *= in->sizes[d];
-    }
-    return row >= 1 && row <= TPU_FUSE_TILE_MAX ? row : 0;
+    int64_t row = tpu_op_row_length(op);
+    return row <= TPU_FUSE_TILE_MAX ? row : 0;
 }
 
 bool tpu_fuse_fusable(const tpu_op *op) {
@@ -318,7 +289,8 @@ static void drop_storages(tpu_fuse_plan *p, int n) {
 static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     if (p->n_steps == TPU_FUSE_MAX_OPS)
         return false;
-    int64_t numel = numel_of(op->code == TPU_OP_REDUCE ? &op->in[0] : &op->out);
+    const tpu_tensor out = operand(op, 0); /* a reduction's: its input's shape */
+    int64_t numel = numel_of(&out);
     int c = 0;
     while (c < p->n_clusters && p->clusters[c].numel != numel)
         c++;

@@ -8,18 +8,20 @@
 #include "fuse.h"
 
 /* Where tile t of a cluster lies: the index of each dim before tile_dim,
- * the first index of tile_dim, and the tile's dims (tile_dim on). */
+ * the first index of tile_dim, the tile's dims (tile_dim on), and its
+ * elements as a range of the cluster's row-major order. */
 typedef struct {
     int32_t ndim;
     int64_t sizes[TPU_MAX_DIMS];
     int64_t outer[TPU_MAX_DIMS]; /* index of each dim before tile_dim */
     int64_t start;               /* first index of tile_dim */
+    int64_t first, numel;        /* flat index of its first element, and its elements */
 } tile_pos;
 
 static void locate(const tpu_fuse_cluster *p, int64_t t, tile_pos *tp) {
     int d = p->tile_dim;
     int64_t blocks = (p->sizes[d] + p->tile_block - 1) / p->tile_block;
-    int64_t o = t / blocks;
+    int64_t o = t / blocks; /* the row-major index over the dims before d */
     tp->start = (t % blocks) * p->tile_block;
     for (int k = d - 1; k >= 0; k--) {
         tp->outer[k] = o % p->sizes[k];
@@ -27,8 +29,13 @@ static void locate(const tpu_fuse_cluster *p, int64_t t, tile_pos *tp) {
     }
     tp->ndim = p->ndim - d;
     tp->sizes[0] = p->sizes[d] - tp->start < p->tile_block ? p->sizes[d] - tp->start : p->tile_block;
-    for (int k = d + 1; k < p->ndim; k++)
+    int64_t inner = 1; /* elements of the dims after d */
+    for (int k = d + 1; k < p->ndim; k++) {
         tp->sizes[k - d] = p->sizes[k];
+        inner *= p->sizes[k];
+    }
+    tp->first = ((t / blocks) * p->sizes[d] + tp->start) * inner;
+    tp->numel = tp->sizes[0] * inner;
 }
 
 /* Points t at the tile of view v: in memory, or in scratch slot `slot`. */
@@ -68,22 +75,6 @@ static void cut_rows(tpu_op *op, int64_t row_length) {
     op->p.reduce.mask = mask;
 }
 
-/* The flat index of tile tp's first element in its cluster's row-major
- * order. */
-static int64_t tile_first(const tpu_fuse_cluster *cl, const tile_pos *tp) {
-    int d = cl->tile_dim;
-    int64_t first = 0, inner = 1;
-    for (int k = cl->ndim - 1; k > d; k--)
-        inner *= cl->sizes[k];
-    first = tp->start * inner;
-    inner *= cl->sizes[d];
-    for (int k = d - 1; k >= 0; k--) {
-        first += tp->outer[k] * inner;
-        inner *= cl->sizes[k];
-    }
-    return first;
-}
-
 /* Whether the steps order[begin .. end) run as flat runs: each record has
  * one (spans[j - begin]), reading its inputs as its views lie (a flat view
  * or a scratch tile element by element, a one-value view as one value). */
@@ -111,9 +102,7 @@ static void run_spans(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, int32_
                       int32_t end, const tpu_op_span *spans, int64_t t, char *scratch) {
     tile_pos tp;
     locate(cl, t, &tp);
-    int64_t first = tile_first(cl, &tp), len = 1;
-    for (int k = 0; k < tp.ndim; k++)
-        len *= tp.sizes[k];
+    const int64_t first = tp.first, len = tp.numel;
     for (int64_t c0 = 0; c0 < len; c0 += TPU_FUSE_CHUNK) {
         const int64_t n = len - c0 < TPU_FUSE_CHUNK ? len - c0 : TPU_FUSE_CHUNK;
         const int64_t at = first + c0; /* the chunk's flat index */

@@ -746,7 +746,7 @@ typedef struct {
     bool b_raw;  /* b is read in its own dtype (b_opmath, or the scalar) */
     tpu_dtype a_dt, b_dt;
 } binary_span_state;
-_Static_assert(sizeof(binary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+TPU_K_SPAN_STATE_FITS(binary_span_state);
 
 static void binary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
     binary_span_state state;
@@ -794,16 +794,11 @@ bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
-/* Fast path: the flat run where there is one (above); else, for the
+/* Fast path for what has no flat run (op_table.c runs those): for the
  * float-result functions, if the coalesced shape has out contiguous in
  * its last dim and each input contiguous or broadcast there (a row or
  * column broadcast), row by row. Anything else goes to the reference. */
 tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
-    tpu_op_span span;
-    if (tpu_k_binary_span(op, &span)) {
-        tpu_k_span_share(&span, ith, nth);
-        return TPU_OK;
-    }
     const tpu_tensor *o = &op->out, *ta = &op->in[0];
     const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
     const bin_ctx c = bin_ctx_of(op);

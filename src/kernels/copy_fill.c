@@ -266,17 +266,12 @@ static bool wants_tiles(const tpu_k_shape *sh) {
     return aic > 1 && air < aic;
 }
 
-/* Fast path: same-dtype copies (flat memmove when both sides are laid out
- * alike and dense, tiles for transposes, else strided row runs of the
- * coalesced shape) and the common float conversions (flat or by row runs,
- * vectorised for contiguous aligned runs). Other pairs go to the
- * reference path. */
 /* The flat run: both sides the same flat array (out dense, in laid out
  * like it), copied or converted. */
 typedef struct {
     bool same, aligned;
 } copy_span_state;
-_Static_assert(sizeof(copy_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+TPU_K_SPAN_STATE_FITS(copy_span_state);
 
 static void copy_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
     copy_span_state state;
@@ -308,16 +303,15 @@ bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
+/* Fast path for what has no flat run (op_table.c runs those): same-dtype
+ * copies (tiles for transposes, else strided row runs of the coalesced
+ * shape) and the common float conversions (by row runs, vectorised for
+ * contiguous aligned runs). Other pairs go to the reference path. */
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     bool same = o->dtype == in->dtype;
     if (op->fn != TPU_COPY_PLAIN || (!same && !is_fast_float_pair(o->dtype, in->dtype)))
         return tpu_k_copy_ref(op, ith, nth);
-    tpu_op_span span;
-    if (tpu_k_copy_span(op, &span)) {
-        tpu_k_span_share(&span, ith, nth);
-        return TPU_OK;
-    }
     int64_t numel = tpu_k_numel(o);
     bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);
     size_t es = tpu_dtype_size(o->dtype);
@@ -430,9 +424,9 @@ bool tpu_k_fill_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
-/* Fast path: convert the value once, then replicate its bytes (a flat run
- * for dense out, strided row runs otherwise). Same bytes as the reference
- * because both go through fill_one. */
+/* Fast path for a strided out (a dense one has a flat run): convert the
+ * value once, then replicate its bytes by row runs. Same bytes as the
+ * reference because both go through fill_one. */
 tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     if (op->fn == TPU_FILL_ARANGE)
@@ -441,11 +435,6 @@ tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
         return TPU_OK;
-    tpu_op_span span;
-    if (tpu_k_fill_span(op, &span)) {
-        tpu_k_span_share(&span, ith, nth);
-        return TPU_OK;
-    }
     char elem[8];
     fill_one(elem, op);
     size_t es = tpu_dtype_size(o->dtype);

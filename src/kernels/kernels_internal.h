@@ -115,9 +115,13 @@ bool tpu_k_cpu_has_avx2_fma(void);
 bool tpu_k_cpu_has_avx512(void);
 
 /* Flat runs (tpu_op_span_of): each family's span function fills *s when
- * its fast kernel would take the flat run for op, and that kernel runs
- * the run itself through tpu_k_span_share, so fused chunks and whole ops
- * share one code path. */
+ * op has the flat run; in fast mode op_table.c runs such a record's
+ * shares through tpu_k_span_share, and only the others through the
+ * family's fast kernel, so fused chunks and whole ops share one code
+ * path. A family's state lives in s->state (checked by
+ * TPU_K_SPAN_STATE_FITS) and is read back with memcpy. */
+#define TPU_K_SPAN_STATE_FITS(T)                                                                   \
+    _Static_assert(sizeof(T) <= sizeof(((tpu_op_span *)0)->state), #T " fits a span's state")
 bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s);
 bool tpu_k_fill_span(const tpu_op *op, tpu_op_span *s);
 bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s);
@@ -138,12 +142,11 @@ tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_fill_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth);
 
-/* UNARY (unary.c). The fast kernel computes the functions for which
+/* UNARY (unary.c). The fast path (its flat run) computes the functions for which
  * tpu_k_unary_uses_vecmath is true with vecmath.h on CPUs with AVX2:
  * there its results are within tpu_vm_max_ulp of the reference's (f32),
  * not bit-identical; every other function gives the reference's bytes. */
 tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth);
-tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth);
 bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn);
 
 /* BINARY (binary.c). */
@@ -152,7 +155,6 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
 
 /* TERNARY (ternary.c). */
 tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth);
-tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth);
 
 /* SOFTMAX (softmax.c). */
 tpu_status tpu_k_softmax_ref(const tpu_op *op, int ith, int nth);

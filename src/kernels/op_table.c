@@ -275,20 +275,23 @@ _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
 /* Reference and fast kernel of each family (same signature, same results),
  * and for families whose ops may run in several phases (tpu_op_phases),
  * the phase count, the scratch they need and the kernel of every phase
- * (NULL: one phase, no scratch, ref or fast). */
+ * (NULL: one phase, no scratch, ref or fast). Families with flat runs
+ * (tpu_op_span_of) name them in `span`: in fast mode a record that has
+ * one runs it, and only the others go to `fast`. */
 static const struct {
     tpu_k_kernel ref, fast;
     int (*phases)(const tpu_op *op);
     int64_t (*scratch_bytes)(const tpu_op *op);
     tpu_k_phase_kernel run_phase;
+    bool (*span)(const tpu_op *op, tpu_op_span *s);
 } k_kernels[] = {
-    [TPU_OP_COPY] = {tpu_k_copy_ref, tpu_k_copy_fast},
-    [TPU_OP_COPY_H2D] = {tpu_k_copy_ref, tpu_k_copy_fast},
-    [TPU_OP_COPY_D2H] = {tpu_k_copy_ref, tpu_k_copy_fast},
-    [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast},
-    [TPU_OP_UNARY] = {tpu_k_unary_ref, tpu_k_unary_fast},
-    [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast},
-    [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_fast},
+    [TPU_OP_COPY] = {tpu_k_copy_ref, tpu_k_copy_fast, .span = tpu_k_copy_span},
+    [TPU_OP_COPY_H2D] = {tpu_k_copy_ref, tpu_k_copy_fast, .span = tpu_k_copy_span},
+    [TPU_OP_COPY_D2H] = {tpu_k_copy_ref, tpu_k_copy_fast, .span = tpu_k_copy_span},
+    [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast, .span = tpu_k_fill_span},
+    [TPU_OP_UNARY] = {tpu_k_unary_ref, tpu_k_unary_ref, .span = tpu_k_unary_span},
+    [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast, .span = tpu_k_binary_span},
+    [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_ref, .span = tpu_k_ternary_span},
     [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast, tpu_k_reduce_phases,
                        tpu_k_reduce_scratch_bytes, tpu_k_reduce_split},
     [TPU_OP_SOFTMAX] = {tpu_k_softmax_ref, tpu_k_softmax_fast},
@@ -613,9 +616,14 @@ tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
                              tpu_k_op_label(op), phase, phases);
     if (phases > 1)
         return k_kernels[op->code].run_phase(op, phase, ith, nth);
-    tpu_k_kernel fn = tpu_kernels_get_reference() ? k_kernels[op->code].ref
-                                                  : k_kernels[op->code].fast;
-    return fn(op, ith, nth);
+    if (tpu_kernels_get_reference())
+        return k_kernels[op->code].ref(op, ith, nth);
+    tpu_op_span span;
+    if (k_kernels[op->code].span && op->n_in <= 3 && k_kernels[op->code].span(op, &span)) {
+        tpu_k_span_share(&span, ith, nth);
+        return TPU_OK;
+    }
+    return k_kernels[op->code].fast(op, ith, nth);
 }
 
 tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
@@ -623,16 +631,11 @@ tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
 }
 
 bool tpu_op_span_of(const tpu_op *op, tpu_op_span *s) {
-    if (op == NULL || s == NULL || tpu_kernels_get_reference() || op->n_in > 3)
+    if (op == NULL || s == NULL || tpu_kernels_get_reference() || op->n_in > 3 ||
+        !op_code_valid(op->code) || op->fn < 0 || op->fn >= k_fns[op->code].count ||
+        k_kernels[op->code].span == NULL || tpu_op_phases(op) != 1)
         return false;
-    switch (op->code) {
-    case TPU_OP_COPY: return tpu_k_copy_span(op, s);
-    case TPU_OP_FILL: return tpu_k_fill_span(op, s);
-    case TPU_OP_UNARY: return tpu_k_unary_span(op, s);
-    case TPU_OP_BINARY: return tpu_k_binary_span(op, s);
-    case TPU_OP_TERNARY: return tpu_k_ternary_span(op, s);
-    default: return false;
-    }
+    return k_kernels[op->code].span(op, s);
 }
 
 void tpu_k_span_init(tpu_op_span *s, const tpu_op *op,

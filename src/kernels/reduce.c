@@ -294,6 +294,22 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
+int64_t tpu_op_row_length(const tpu_op *op) {
+    if (op == NULL || op->code != TPU_OP_REDUCE || op->n_in != 1)
+        return 0;
+    switch (op->fn) {
+    case TPU_REDUCE_SUM:  /* reduce_trailing's 16 lanes, or the reference's row order */
+    case TPU_REDUCE_MEAN:
+    case TPU_REDUCE_AMAX: /* reduce_other, in row order */
+    case TPU_REDUCE_AMIN: break;
+    default: return 0;
+    }
+    /* Aligned: which path runs must not depend on where a row lies. */
+    if (!tpu_k_is_aligned(&op->in[0]) || trailing_block(op) < 0)
+        return 0;
+    return reduced_count(op);
+}
+
 /* ------------------------------------------------ split reductions */
 
 enum {

@@ -188,7 +188,7 @@ typedef struct {
     tpu_ternary_fn fn;
     float alpha, other; /* common is f32: the scalar c needs no rounding */
 } ternary_span_state;
-_Static_assert(sizeof(ternary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+TPU_K_SPAN_STATE_FITS(ternary_span_state);
 
 static void ternary_span_run(const tpu_op_span *s, char *out_bytes, const char *const *in,
                              int64_t n) {
@@ -251,11 +251,3 @@ bool tpu_k_ternary_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
-/* Fast path: the flat runs; the rest goes to the reference. */
-tpu_status tpu_k_ternary_fast(const tpu_op *op, int ith, int nth) {
-    tpu_op_span s;
-    if (!tpu_k_ternary_span(op, &s))
-        return tpu_k_ternary_ref(op, ith, nth);
-    tpu_k_span_share(&s, ith, nth);
-    return TPU_OK;
-}

@@ -512,7 +512,7 @@ typedef struct {
     tpu_unary_fn fn;
     tpu_dtype in_dt, common;
 } unary_span_state;
-_Static_assert(sizeof(unary_span_state) <= sizeof(((tpu_op_span *)0)->state), "span state");
+TPU_K_SPAN_STATE_FITS(unary_span_state);
 
 static void unary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
     unary_span_state state;
@@ -531,7 +531,8 @@ static void unary_span_run(const tpu_op_span *s, char *out, const char *const *i
     }
 }
 
-/* The fast path's case: a float-result function on f32/f16/bf16
+/* The fast path (op_table.c runs it; the rest goes to the reference): a
+ * float-result function on f32/f16/bf16
  * (aligned), out in the common dtype, input and out dense with the same
  * layout (a contiguous tensor, or out allocated like its input). */
 bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
@@ -548,12 +549,3 @@ bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
-/* Fast path: the flat run where there is one; the rest goes to the
- * reference. */
-tpu_status tpu_k_unary_fast(const tpu_op *op, int ith, int nth) {
-    tpu_op_span s;
-    if (!tpu_k_unary_span(op, &s))
-        return tpu_k_unary_ref(op, ith, nth);
-    tpu_k_span_share(&s, ith, nth);
-    return TPU_OK;
-}

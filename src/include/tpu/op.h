@@ -757,6 +757,14 @@ struct tpu_op_span {
  * paths' flat runs, plain copies and constant fills have one. */
 TPU_API bool tpu_op_span_of(const tpu_op *op, tpu_op_span *s);
 
+/* For a checked REDUCE record whose kernel computes each output from its
+ * own row alone, in an order fixed by the row (so any block of whole rows,
+ * run as a record of its own, gives each row the same bits): the elements
+ * of a row; else 0. Today: SUM, MEAN, AMAX and AMIN over trailing dims
+ * that are row-major contiguous in an aligned input. The fusion planner
+ * runs such reductions on tiles of whole rows. */
+TPU_API int64_t tpu_op_row_length(const tpu_op *op);
+
 /* Number of function codes of a family (1 for COPY, whose fn is 0); 0
  * outside the enum. */
 TPU_API int32_t tpu_op_fn_count(tpu_op_code code);
