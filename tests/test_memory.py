@@ -165,23 +165,52 @@ def test_small_and_large_pools_and_requested_bytes():
     torch.tpu.empty_cache()
     before = torch.tpu.memory_stats()
     small = torch.empty(1000, dtype=torch.uint8, device="tpu")  # a 1024-byte block: small pool
-    large = torch.empty(3 << 20, dtype=torch.uint8, device="tpu")  # a 4 MiB block: large pool
+    large = torch.empty(3 << 20, dtype=torch.uint8, device="tpu")  # split off a 4 MiB segment: large pool
     s = torch.tpu.memory_stats()
 
     def grew(key):
         return s[key] - before[key]
 
     assert grew("allocated_bytes.small_pool.current") == 1024
-    assert grew("allocated_bytes.large_pool.current") == 4 << 20
+    assert grew("allocated_bytes.large_pool.current") == 3 << 20
     assert grew("requested_bytes.small_pool.current") == 1000
     assert grew("requested_bytes.large_pool.current") == 3 << 20
     assert grew("segment.small_pool.current") == 1 and grew("segment.large_pool.current") == 1
-    assert grew("active_bytes.all.current") == 1024 + (4 << 20)
-    assert s["inactive_split_bytes.all.current"] == 0  # nothing is ever split
+    assert grew("active_bytes.all.current") == 1024 + (3 << 20)
+    assert grew("reserved_bytes.large_pool.current") == 4 << 20
+    assert grew("inactive_split_bytes.large_pool.current") == 1 << 20  # the segment's cached rest
     del small, large
     s = torch.tpu.memory_stats()
     assert s["requested_bytes.all.current"] == before["requested_bytes.all.current"]
     assert s["active.all.current"] == before["active.all.current"]
+
+
+def test_large_blocks_split_so_allocated_tracks_requested():
+    """A large tensor reuses a bigger cached block by splitting it: memory_allocated
+    counts its own bytes (rounded to 512), its peak is no more than a fresh
+    process's, and the parts merge back into one segment that empty_cache releases."""
+    torch.tpu.synchronize()
+    torch.tpu.empty_cache()
+    base_alloc, base_reserved = torch.tpu.memory_allocated(), torch.tpu.memory_reserved()
+    big = torch.ones(16 << 20, dtype=torch.uint8, device="tpu")  # 16 MiB
+    del big
+    torch.tpu.reset_peak_memory_stats()
+    parts = [torch.full((4 << 20,), i, dtype=torch.uint8, device="tpu") for i in range(3)]  # 12 MiB
+    assert torch.tpu.memory_allocated() - base_alloc == 12 << 20
+    assert torch.tpu.max_memory_allocated() - base_alloc == 12 << 20
+    assert torch.tpu.memory_reserved() == base_reserved + (16 << 20)  # all three from the cached block
+    s = torch.tpu.memory_stats()
+    assert s["inactive_split.all.current"] == 1 and s["inactive_split_bytes.all.current"] == 4 << 20
+    for i in range(3):  # each part's bytes are its own
+        assert torch.equal(parts[i].cpu(), torch.full((4 << 20,), i, dtype=torch.uint8))
+    del parts[1]
+    s = torch.tpu.memory_stats()
+    assert s["inactive_split.all.current"] == 2 and s["inactive_split_bytes.all.current"] == 8 << 20
+    parts.clear()  # every part is free: they merge back into the segment
+    torch.tpu.synchronize()
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_reserved() == base_reserved
+    assert torch.tpu.memory_stats()["inactive_split.all.current"] == 0
 
 
 def test_nested_stats_and_deprecated_aliases():

@@ -99,8 +99,10 @@ struct TpuDeviceAllocator final : c10::DeviceAllocator {
     set_stat(out.reserved_bytes, s.reserved_bytes);
     set_stat(out.active_bytes, s.active_bytes);
     set_stat(out.requested_bytes, s.requested_bytes);
-    // inactive_split and the oversize statistics stay zero, truly: no
-    // block is ever split (every block is a segment of its own).
+    set_stat(out.inactive_split, s.inactive_split);
+    set_stat(out.inactive_split_bytes, s.inactive_split_bytes);
+    // The oversize statistics stay zero, truly: every block may be split
+    // (there is no max_split_size).
     out.num_alloc_retries = static_cast<int64_t>(s.num_alloc_retries);
     out.num_ooms = static_cast<int64_t>(s.num_ooms);
     out.num_sync_all_streams = static_cast<int64_t>(s.num_sync_all_streams);

@@ -102,7 +102,7 @@ void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc
 /* ---------------------------------------------------- skinny products */
 
 /* At most this many output rows take tpu_k_gemv. */
-#define TPU_K_GEMV_MAX_M 4
+#define TPU_K_GEMV_MAX_M 8
 
 /* Computes output rows [m0, m1) x columns [n0, n1) of an MM/ADDMM
  * without packing (gemv.c) and returns true, when the share qualifies:

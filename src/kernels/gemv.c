@@ -6,7 +6,7 @@
  *
  * Two forms, by B's layout:
  *   row-major B (unit column stride): each k step is a vector of columns;
- *       a block of TPU_K_GEMV_JS columns keeps its accumulators in a
+ *       a block of columns (16 KB of accumulators) keeps them in a
  *       buffer in L1, and each pass over it takes KG steps of k (the
  *       chains stay in order of k);
  *   column-major B (unit row stride: a Linear's weight, transposed): a
@@ -30,8 +30,14 @@
 #include <immintrin.h>
 #endif
 
-/* Columns per block: four rows of accumulators (16 KB) stay in L1. */
-#define TPU_K_GEMV_JS 1024
+/* Accumulator floats per block: 16 KB, which stay in L1 (1024 columns
+ * of up to four rows, 512 of up to eight). */
+#define TPU_K_GEMV_CBUF 4096
+
+/* Columns per block for M rows. */
+static int64_t block_columns(int M) {
+    return M <= 4 ? TPU_K_GEMV_CBUF / 4 : TPU_K_GEMV_CBUF / TPU_K_GEMV_MAX_M;
+}
 
 #if TPU_K_X86
 
@@ -47,34 +53,34 @@ typedef struct {
 
 /* ---------------------------------------------------------- AVX-512 */
 
-/* Row-major B: cbuf[i][v] (i < M, v < jn, jn a multiple of 16) gets the
- * chains of columns [j0, j0 + jn), four k steps per pass. */
+/* Row-major B: cbuf[i * jn + v] (i < M, v < jn, jn a multiple of 16)
+ * gets the chains of columns [j0, j0 + jn), KG k steps per pass (four for
+ * up to four rows, two above: the broadcasts stay in registers). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
-rows_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
-         float cbuf[][TPU_K_GEMV_JS]) {
-    enum { KG = 4 };
+rows_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn, float *cbuf) {
+    const int KG = M <= 4 ? 4 : 2;
     const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, K = g->k;
     for (int i = 0; i < M; i++)
         for (int64_t v = 0; v < jn; v += 16)
-            _mm512_store_ps(cbuf[i] + v, _mm512_setzero_ps());
+            _mm512_store_ps(cbuf + i * jn + v, _mm512_setzero_ps());
     int64_t k = 0;
     for (; k + KG <= K; k += KG) {
-        __m512 av[TPU_K_GEMV_MAX_M][KG];
-        const char *brow[KG];
+        __m512 av[TPU_K_GEMV_MAX_M][4];
+        const char *brow[4];
         for (int q = 0; q < KG; q++) {
             for (int i = 0; i < M; i++)
                 av[i][q] = _mm512_set1_ps(g->arow[i][k + q]);
             brow[q] = g->b + ((k + q) * g->rs + j0) * es;
         }
         for (int64_t v = 0; v < jn; v += 16) {
-            __m512 bv[KG];
+            __m512 bv[4];
             for (int q = 0; q < KG; q++)
                 bv[q] = tpu_k_load16_f32(brow[q] + v * es, dt);
             for (int i = 0; i < M; i++) {
-                __m512 acc = _mm512_load_ps(cbuf[i] + v);
+                __m512 acc = _mm512_load_ps(cbuf + i * jn + v);
                 for (int q = 0; q < KG; q++)
                     acc = _mm512_fmadd_ps(av[i][q], bv[q], acc);
-                _mm512_store_ps(cbuf[i] + v, acc);
+                _mm512_store_ps(cbuf + i * jn + v, acc);
             }
         }
     }
@@ -83,9 +89,9 @@ rows_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
         for (int64_t v = 0; v < jn; v += 16) {
             __m512 bv = tpu_k_load16_f32(brow + v * es, dt);
             for (int i = 0; i < M; i++) {
-                __m512 acc = _mm512_load_ps(cbuf[i] + v);
+                __m512 acc = _mm512_load_ps(cbuf + i * jn + v);
                 acc = _mm512_fmadd_ps(_mm512_set1_ps(g->arow[i][k]), bv, acc);
-                _mm512_store_ps(cbuf[i] + v, acc);
+                _mm512_store_ps(cbuf + i * jn + v, acc);
             }
         }
     }
@@ -95,7 +101,7 @@ rows_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
  * chains in registers over all of K. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 cols_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
-         float cbuf[][TPU_K_GEMV_JS]) {
+         float *cbuf) {
     const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, K = g->k;
     for (int64_t v = 0; v < jn; v += 16) {
         const char *col0 = g->b + (j0 + v) * g->cs * es; /* B column j0 + v: k contiguous */
@@ -122,32 +128,34 @@ cols_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
                 acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(g->arow[i][k]), bv, acc[i]);
         }
         for (int i = 0; i < M; i++)
-            _mm512_store_ps(cbuf[i] + v, acc[i]);
+            _mm512_store_ps(cbuf + i * jn + v, acc[i]);
     }
 }
 
+#define GEMV_CASES(body, g, M, dt, j0, jn, cbuf)                                                   \
+    switch (M) {                                                                                   \
+    case 1: body(g, 1, dt, j0, jn, cbuf); break;                                                   \
+    case 2: body(g, 2, dt, j0, jn, cbuf); break;                                                   \
+    case 3: body(g, 3, dt, j0, jn, cbuf); break;                                                   \
+    case 4: body(g, 4, dt, j0, jn, cbuf); break;                                                   \
+    case 5: body(g, 5, dt, j0, jn, cbuf); break;                                                   \
+    case 6: body(g, 6, dt, j0, jn, cbuf); break;                                                   \
+    case 7: body(g, 7, dt, j0, jn, cbuf); break;                                                   \
+    default: body(g, 8, dt, j0, jn, cbuf); break;                                                  \
+    }
+
+/* body with M and the dtype as constants, so that its loops unroll. */
 #define GEMV_DISPATCH(body, g, M, dt, j0, jn, cbuf)                                                \
     do {                                                                                           \
         if ((dt) == TPU_DTYPE_F32) {                                                               \
-            switch (M) {                                                                           \
-            case 1: body(g, 1, TPU_DTYPE_F32, j0, jn, cbuf); break;                                \
-            case 2: body(g, 2, TPU_DTYPE_F32, j0, jn, cbuf); break;                                \
-            case 3: body(g, 3, TPU_DTYPE_F32, j0, jn, cbuf); break;                                \
-            default: body(g, 4, TPU_DTYPE_F32, j0, jn, cbuf); break;                               \
-            }                                                                                      \
+            GEMV_CASES(body, g, M, TPU_DTYPE_F32, j0, jn, cbuf)                                    \
         } else {                                                                                   \
-            switch (M) {                                                                           \
-            case 1: body(g, 1, TPU_DTYPE_BF16, j0, jn, cbuf); break;                               \
-            case 2: body(g, 2, TPU_DTYPE_BF16, j0, jn, cbuf); break;                               \
-            case 3: body(g, 3, TPU_DTYPE_BF16, j0, jn, cbuf); break;                               \
-            default: body(g, 4, TPU_DTYPE_BF16, j0, jn, cbuf); break;                              \
-            }                                                                                      \
+            GEMV_CASES(body, g, M, TPU_DTYPE_BF16, j0, jn, cbuf)                                   \
         }                                                                                          \
     } while (0)
 
 __attribute__((target("avx512f"))) static void block_512(const gemv_args *g, int M, bool rows,
-                                                        int64_t j0, int64_t jn,
-                                                        float cbuf[][TPU_K_GEMV_JS]) {
+                                                        int64_t j0, int64_t jn, float *cbuf) {
     if (rows)
         GEMV_DISPATCH(rows_512, g, M, g->dt, j0, jn, cbuf);
     else
@@ -158,30 +166,30 @@ __attribute__((target("avx512f"))) static void block_512(const gemv_args *g, int
 
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 rows_avx2(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
-          float cbuf[][TPU_K_GEMV_JS]) {
-    enum { KG = 2 }; /* 16 ymm registers: 8 broadcasts, 2 rows of B */
+          float *cbuf) {
+    const int KG = M <= 4 ? 2 : 1; /* 16 ymm registers: up to 8 broadcasts, KG rows of B */
     const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, K = g->k;
     for (int i = 0; i < M; i++)
         for (int64_t v = 0; v < jn; v += 8)
-            _mm256_store_ps(cbuf[i] + v, _mm256_setzero_ps());
+            _mm256_store_ps(cbuf + i * jn + v, _mm256_setzero_ps());
     int64_t k = 0;
     for (; k + KG <= K; k += KG) {
-        __m256 av[TPU_K_GEMV_MAX_M][KG];
-        const char *brow[KG];
+        __m256 av[TPU_K_GEMV_MAX_M][2];
+        const char *brow[2];
         for (int q = 0; q < KG; q++) {
             for (int i = 0; i < M; i++)
                 av[i][q] = _mm256_set1_ps(g->arow[i][k + q]);
             brow[q] = g->b + ((k + q) * g->rs + j0) * es;
         }
         for (int64_t v = 0; v < jn; v += 8) {
-            __m256 bv[KG];
+            __m256 bv[2];
             for (int q = 0; q < KG; q++)
                 bv[q] = tpu_k_load8_f32(brow[q] + v * es, dt);
             for (int i = 0; i < M; i++) {
-                __m256 acc = _mm256_load_ps(cbuf[i] + v);
+                __m256 acc = _mm256_load_ps(cbuf + i * jn + v);
                 for (int q = 0; q < KG; q++)
                     acc = _mm256_fmadd_ps(av[i][q], bv[q], acc);
-                _mm256_store_ps(cbuf[i] + v, acc);
+                _mm256_store_ps(cbuf + i * jn + v, acc);
             }
         }
     }
@@ -190,9 +198,9 @@ rows_avx2(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
         for (int64_t v = 0; v < jn; v += 8) {
             __m256 bv = tpu_k_load8_f32(brow + v * es, dt);
             for (int i = 0; i < M; i++) {
-                __m256 acc = _mm256_load_ps(cbuf[i] + v);
+                __m256 acc = _mm256_load_ps(cbuf + i * jn + v);
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(g->arow[i][k]), bv, acc);
-                _mm256_store_ps(cbuf[i] + v, acc);
+                _mm256_store_ps(cbuf + i * jn + v, acc);
             }
         }
     }
@@ -200,7 +208,7 @@ rows_avx2(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
 
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 cols_avx2(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
-          float cbuf[][TPU_K_GEMV_JS]) {
+          float *cbuf) {
     const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, K = g->k;
     for (int64_t v = 0; v < jn; v += 8) {
         const char *col0 = g->b + (j0 + v) * g->cs * es;
@@ -227,19 +235,19 @@ cols_avx2(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
                 acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(g->arow[i][k]), bv, acc[i]);
         }
         for (int i = 0; i < M; i++)
-            _mm256_store_ps(cbuf[i] + v, acc[i]);
+            _mm256_store_ps(cbuf + i * jn + v, acc[i]);
     }
 }
 
 __attribute__((target("avx2,fma"))) static void block_avx2(const gemv_args *g, int M, bool rows,
-                                                          int64_t j0, int64_t jn,
-                                                          float cbuf[][TPU_K_GEMV_JS]) {
+                                                          int64_t j0, int64_t jn, float *cbuf) {
     if (rows)
         GEMV_DISPATCH(rows_avx2, g, M, g->dt, j0, jn, cbuf);
     else
         GEMV_DISPATCH(cols_avx2, g, M, g->dt, j0, jn, cbuf);
 }
 #undef GEMV_DISPATCH
+#undef GEMV_CASES
 
 #endif /* TPU_K_X86 */
 
@@ -279,10 +287,11 @@ bool tpu_k_gemv(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1
         }
     }
 
-    _Alignas(64) float cbuf[TPU_K_GEMV_MAX_M][TPU_K_GEMV_JS];
+    _Alignas(64) float cbuf[TPU_K_GEMV_CBUF];
     const bool flush = tpu_k_mm_flushes(op);
-    for (int64_t j0 = n0; j0 < n0 + nvec; j0 += TPU_K_GEMV_JS) {
-        int64_t jn = n0 + nvec - j0 < TPU_K_GEMV_JS ? n0 + nvec - j0 : TPU_K_GEMV_JS;
+    const int64_t js = block_columns(M);
+    for (int64_t j0 = n0; j0 < n0 + nvec; j0 += js) {
+        int64_t jn = n0 + nvec - j0 < js ? n0 + nvec - j0 : js;
         unsigned int saved = _mm_getcsr();
         if (flush)
             _mm_setcsr(saved | TPU_K_MXCSR_FLUSH);
@@ -292,7 +301,7 @@ bool tpu_k_gemv(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1
             block_avx2(&g, M, rows, j0, jn, cbuf);
         if (flush)
             _mm_setcsr(saved);
-        tpu_k_gemm_store_block(op, m0, M, j0, jn, &cbuf[0][0], TPU_K_GEMV_JS);
+        tpu_k_gemm_store_block(op, m0, M, j0, jn, cbuf, jn);
     }
     free(converted);
     if (n0 + nvec < n1)

@@ -1,12 +1,22 @@
 /* Device memory: a caching allocator per chip.
  *
- * Every allocation is one segment from the target, rounded up (no
- * splitting). A freed block goes to a cache list of the stream it was
+ * Requests round up to 512 bytes. One of at most 1 MiB (small) takes a
+ * segment of its own size from the target; a larger one takes a segment
+ * rounded up to 2 MiB, and the rest of the segment becomes a cached block
+ * of its own. A freed block goes to a cache list of the stream it was
  * allocated for and is handed out again at once to work on that stream,
- * which runs in order. Blocks are never handed to another stream: unused
- * cache is returned to the target when capacity (or the limit the memory
- * fraction sets) runs short, after the streams that may still use it have
- * drained.
+ * which runs in order: the smallest cached block that fits, for a large
+ * request from a large segment and split to its size, for a small one a
+ * whole block of a small segment no more than twice its size. So a large
+ * block counts only its own bytes, and a rest too small for any large
+ * request waits, cached, until its neighbours merge with it: a freed block
+ * merges with the cached blocks beside it in its segment. Blocks are never
+ * handed to another stream: unused cache is returned to the target, whole
+ * segments only, when capacity (or the limit the memory fraction sets)
+ * runs short, after the streams that may still use it have drained.
+ *
+ * Statistics count a block in the pool of its segment (small segments
+ * hold one block each).
  *
  * record_stream adds a use by a stream to a live block; at free time it
  * stands for everything queued on that stream so far (CUDA's meaning), and
@@ -31,8 +41,8 @@
 #include "mem_internal.h"
 #include "target.h"
 
-#define SMALL_ROUND 512u       /* requests up to 1 MiB round up to 512 bytes */
-#define LARGE_ROUND (2u << 20) /* larger ones to 2 MiB */
+#define BLOCK_ROUND 512u         /* every block size is a multiple */
+#define SEGMENT_ROUND (2u << 20) /* large segments round up to 2 MiB */
 #define MIN_BUCKETS 256
 
 typedef tpu_mem_block block;
@@ -69,9 +79,12 @@ static void format_bytes(char *buf, size_t cap, uint64_t n) {
     snprintf(buf, cap, "%.2f %s", v, units[u]);
 }
 
-static size_t round_size(size_t n) {
-    size_t q = n <= TPU_MEM_SMALL_SIZE ? SMALL_ROUND : LARGE_ROUND;
+static size_t round_up(size_t n, size_t q) {
     return (n + q - 1) / q * q;
+}
+
+static size_t round_size(size_t n) {
+    return round_up(n, BLOCK_ROUND);
 }
 
 /* ------------------------------------------------------------ live map */
@@ -156,30 +169,116 @@ static block *live_find(const allocator *a, const void *p) {
 
 /* --------------------------------------------------------- cache, pending */
 
-static void cache_insert(allocator *a, block *b) {
-    block **link = &a->cache[b->stream];
-    while (*link && (*link)->size < b->size)
-        link = &(*link)->next;
-    b->next = *link;
-    *link = b;
+/* Raises (or lowers, with sign -1) the inactive-split statistics by b,
+ * if b is part of a split segment. */
+static void count_inactive_split(allocator *a, const block *b, int sign) {
+    if (tpu_mem_block_whole(b))
+        return;
+    tpu_mem_pool pool = tpu_mem_pool_of(b->segment->size);
+    if (sign > 0) {
+        tpu_mem_stat_raise(a->stats.inactive_split, pool, 1);
+        tpu_mem_stat_raise(a->stats.inactive_split_bytes, pool, (int64_t)b->size);
+    } else {
+        tpu_mem_stat_lower(a->stats.inactive_split, pool, 1);
+        tpu_mem_stat_lower(a->stats.inactive_split_bytes, pool, (int64_t)b->size);
+    }
 }
 
-/* Best fit on stream `s`: the smallest cached block of at least n bytes,
- * if it wastes no more than n (a larger one is better left to a larger
- * request). */
+/* Links b into its stream's cache list, which ascends by size. */
+static void cache_insert(allocator *a, block *b) {
+    block *prev = NULL, *at = a->cache[b->stream];
+    while (at && at->size < b->size) {
+        prev = at;
+        at = at->next;
+    }
+    b->prev = prev;
+    b->next = at;
+    if (at)
+        at->prev = b;
+    *(prev ? &prev->next : &a->cache[b->stream]) = b;
+    b->place = TPU_MEM_BLOCK_CACHED;
+    count_inactive_split(a, b, +1);
+}
+
+/* Unlinks the cached block b from its list (cached_bytes is the caller's). */
+static void cache_unlink(allocator *a, block *b) {
+    *(b->prev ? &b->prev->next : &a->cache[b->stream]) = b->next;
+    if (b->next)
+        b->next->prev = b->prev;
+    b->next = b->prev = NULL;
+    count_inactive_split(a, b, -1);
+}
+
+/* Cuts b (not live) down to n bytes when it is in a large segment; the
+ * rest becomes a cached block after it, with b's free_seq. Without host
+ * memory for the rest's record, b stays whole. */
+static void split_block(allocator *a, block *b, size_t n) {
+    if (b->segment->size <= TPU_MEM_SMALL_SIZE || b->size == n)
+        return;
+    block *rest = calloc(1, sizeof *rest);
+    if (!rest)
+        return;
+    rest->ptr = (char *)b->ptr + n;
+    rest->size = b->size - n;
+    rest->stream = b->stream;
+    rest->free_seq = b->free_seq;
+    rest->segment = b->segment;
+    rest->before = b;
+    rest->after = b->after;
+    if (b->after)
+        b->after->before = rest;
+    b->after = rest;
+    b->size = n;
+    a->n_blocks++;
+    a->cached_bytes += rest->size;
+    cache_insert(a, rest);
+}
+
+/* Best fit on stream `s`: the smallest cached block of at least n bytes
+ * in a segment of n's pool. For a large request it is split to n bytes
+ * (split_block); a small request takes a block of at most 2n bytes whole
+ * (a larger one is better left to a larger request). */
 static block *cache_take(allocator *a, int s, size_t n) {
-    for (block **link = &a->cache[s]; *link; link = &(*link)->next) {
-        block *b = *link;
-        if (b->size < n)
+    bool small = n <= TPU_MEM_SMALL_SIZE;
+    for (block *b = a->cache[s]; b; b = b->next) {
+        if (b->size < n || small != (b->segment->size <= TPU_MEM_SMALL_SIZE))
             continue;
-        if (b->size > 2 * n)
+        if (small && b->size > 2 * n)
             return NULL; /* the list ascends: nothing fits better */
-        *link = b->next;
-        b->next = NULL;
+        cache_unlink(a, b);
         a->cached_bytes -= b->size;
+        split_block(a, b, n);
         return b;
     }
     return NULL;
+}
+
+/* Merges the cached blocks beside b in its segment into b (b is free and
+ * in no list): b then spans them, with the latest free_seq of them all. */
+static void merge_neighbours(allocator *a, block *b) {
+    block *side[2] = {b->before, b->after};
+    for (int i = 0; i < 2; i++) {
+        block *o = side[i];
+        if (!o || o->place != TPU_MEM_BLOCK_CACHED)
+            continue;
+        cache_unlink(a, o);
+        if (i == 0) {
+            b->ptr = o->ptr;
+            b->before = o->before;
+            if (o->before)
+                o->before->after = b;
+        } else {
+            b->after = o->after;
+            if (o->after)
+                o->after->before = b;
+        }
+        b->size += o->size;
+        if (o->free_seq > b->free_seq)
+            b->free_seq = o->free_seq;
+        free(o->uses);
+        free(o);
+        a->n_blocks--;
+    }
 }
 
 static bool uses_done(const block *b) {
@@ -189,24 +288,28 @@ static bool uses_done(const block *b) {
     return true;
 }
 
+/* Returns b's segment to the target; b covers it whole and is in no list. */
 static void segment_free(allocator *a, block *b) {
-    tpu_target_get()->mem_free(a->chip, b->ptr, b->size);
-    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
-    tpu_mem_stat_lower(a->stats.reserved_bytes, pool, (int64_t)b->size);
+    tpu_mem_segment *g = b->segment;
+    tpu_target_get()->mem_free(a->chip, g->ptr, g->size);
+    tpu_mem_pool pool = tpu_mem_pool_of(g->size);
+    tpu_mem_stat_lower(a->stats.reserved_bytes, pool, (int64_t)g->size);
     tpu_mem_stat_lower(a->stats.segment, pool, 1);
     a->stats.num_device_free++;
-    tpu_mem_record_event(a, TPU_MEM_ACTION_SEGMENT_FREE, b->stream, (uint64_t)(uintptr_t)b->ptr,
-                         b->size, 0, b->seg_context);
-    tpu_mem_context_release(b->seg_context);
+    tpu_mem_record_event(a, TPU_MEM_ACTION_SEGMENT_FREE, b->stream, (uint64_t)(uintptr_t)g->ptr,
+                         g->size, 0, g->context);
+    tpu_mem_context_release(g->context);
+    free(g);
     free(b->uses);
     free(b);
+    a->n_blocks--;
 }
 
 /* The end of a free: the block is no longer active and joins its stream's
  * cache. `context` is the free's (NULL: the allocation's is used). */
 static void complete_free(allocator *a, block *b, void *context) {
     tpu_mem_stats *m = &a->stats;
-    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_pool pool = tpu_mem_pool_of(b->segment->size);
     tpu_mem_stat_lower(m->active, pool, 1);
     tpu_mem_stat_lower(m->active_bytes, pool, (int64_t)b->size);
     tpu_mem_stat_lower(m->requested_bytes, pool, (int64_t)b->requested);
@@ -216,11 +319,13 @@ static void complete_free(allocator *a, block *b, void *context) {
     b->context = NULL;
     b->requested = 0;
     b->n_uses = 0;
-    /* Caching off: back to the target at once if no queued work can touch
-     * it; else it waits in the cache, which is never handed out and is
-     * released at the next allocation. */
+    merge_neighbours(a, b);
+    /* Caching off: a whole segment goes back to the target at once if no
+     * queued work can touch it; else it waits in the cache, which is never
+     * handed out and is released at the next allocation. */
     tpu_stream *own = tpu_stream_peek(a->chip, b->stream);
-    if (a->no_caching && (!own || tpu_stream_completed_seq(own) >= b->free_seq)) {
+    if (a->no_caching && tpu_mem_block_whole(b) &&
+        (!own || tpu_stream_completed_seq(own) >= b->free_seq)) {
         a->cached_bytes -= b->size;
         segment_free(a, b);
         return;
@@ -241,25 +346,34 @@ static void promote_pending(allocator *a) {
     }
 }
 
-/* Returns to the target every cached block that no queued work can still
- * touch: its stream has run everything queued up to its free. */
+/* Returns to the target every cached whole segment that no queued work
+ * can still touch: its stream has run everything queued up to its free. */
 static void release_cached(allocator *a) {
     for (int s = 0; s < TPU_STREAMS_MAX; s++) {
         tpu_stream *stream = tpu_stream_peek(a->chip, s);
-        for (block **link = &a->cache[s]; *link;) {
-            block *b = *link;
-            if (!stream || tpu_stream_completed_seq(stream) >= b->free_seq) {
-                *link = b->next;
+        for (block *b = a->cache[s], *next; b; b = next) {
+            next = b->next;
+            if (tpu_mem_block_whole(b) &&
+                (!stream || tpu_stream_completed_seq(stream) >= b->free_seq)) {
+                cache_unlink(a, b);
                 a->cached_bytes -= b->size;
                 segment_free(a, b);
-            } else {
-                link = &b->next;
             }
         }
     }
 }
 
 /* ------------------------------------------------------------ allocation */
+
+/* The bytes of a new segment for a block of n bytes, given what is
+ * reserved: n when small, when caching is off or when only n fits under
+ * the limit, else n rounded up to 2 MiB. */
+static size_t segment_size(const allocator *a, size_t n, uint64_t reserved) {
+    if (n <= TPU_MEM_SMALL_SIZE || a->no_caching)
+        return n;
+    size_t g = round_up(n, SEGMENT_ROUND);
+    return reserved + g > a->limit ? n : g;
+}
 
 /* A block of n bytes for stream s from the cache, or a new segment if the
  * capacity and the fraction's limit allow; *out = NULL if neither.
@@ -279,26 +393,37 @@ static tpu_status try_alloc(allocator *a, int s, size_t n, void *context, block 
     uint64_t reserved = (uint64_t)a->stats.reserved_bytes[TPU_MEM_POOL_ALL].current;
     if (reserved + n > a->limit)
         return TPU_OK;
+    size_t size = segment_size(a, n, reserved);
     b = calloc(1, sizeof *b);
-    if (!b)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY, "tpu_mem_alloc: no host memory for a block");
-    if (tpu_target_get()->mem_alloc(a->chip, n, &b->ptr) != TPU_OK) {
+    tpu_mem_segment *g = calloc(1, sizeof *g);
+    if (!b || !g) {
         free(b);
+        free(g);
+        return tpu_set_error(TPU_ERR_HOST_MEMORY, "tpu_mem_alloc: no host memory for a block");
+    }
+    if (tpu_target_get()->mem_alloc(a->chip, size, &g->ptr) != TPU_OK) {
+        free(b);
+        free(g);
         *host_failed = true;
         return TPU_OK;
     }
-    b->size = n;
+    g->size = size;
+    b->ptr = g->ptr;
+    b->size = size;
     b->stream = s;
-    tpu_mem_pool pool = tpu_mem_pool_of(n);
-    tpu_mem_stat_raise(a->stats.reserved_bytes, pool, (int64_t)n);
+    b->segment = g;
+    a->n_blocks++;
+    tpu_mem_pool pool = tpu_mem_pool_of(size);
+    tpu_mem_stat_raise(a->stats.reserved_bytes, pool, (int64_t)size);
     tpu_mem_stat_raise(a->stats.segment, pool, 1);
     a->stats.num_device_alloc++;
     if (tpu_mem_keeps_block_context(a)) {
-        b->seg_context = context;
+        g->context = context;
         tpu_mem_context_retain(context);
     }
-    tpu_mem_record_event(a, TPU_MEM_ACTION_SEGMENT_ALLOC, s, (uint64_t)(uintptr_t)b->ptr, n, 0,
+    tpu_mem_record_event(a, TPU_MEM_ACTION_SEGMENT_ALLOC, s, (uint64_t)(uintptr_t)g->ptr, size, 0,
                          context);
+    split_block(a, b, n);
     *out = b;
     return TPU_OK;
 }
@@ -337,6 +462,7 @@ static tpu_status out_of_memory(allocator *a, int s, size_t nbytes, bool host_fa
 
 /* Hands out b to the caller: the statistics and the ALLOC event. */
 static void hand_out(allocator *a, block *b, size_t nbytes, void *context) {
+    b->place = TPU_MEM_BLOCK_LIVE;
     b->requested = nbytes;
     if (tpu_mem_keeps_block_context(a)) {
         b->context = context;
@@ -344,7 +470,7 @@ static void hand_out(allocator *a, block *b, size_t nbytes, void *context) {
     }
     live_insert(a, b);
     tpu_mem_stats *m = &a->stats;
-    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_pool pool = tpu_mem_pool_of(b->segment->size);
     tpu_mem_stat_raise(m->allocation, pool, 1);
     tpu_mem_stat_raise(m->allocated_bytes, pool, (int64_t)b->size);
     tpu_mem_stat_raise(m->active, pool, 1);
@@ -432,7 +558,7 @@ static bool use_pending_at_free(block_use *u) {
  * on other streams may use it. `context` is the free's, or NULL. */
 static void free_block(allocator *a, block *b, void *context) {
     tpu_mem_stats *m = &a->stats;
-    tpu_mem_pool pool = tpu_mem_pool_of(b->size);
+    tpu_mem_pool pool = tpu_mem_pool_of(b->segment->size);
     tpu_mem_stat_lower(m->allocation, pool, 1);
     tpu_mem_stat_lower(m->allocated_bytes, pool, (int64_t)b->size);
     tpu_mem_record_event(a, TPU_MEM_ACTION_FREE_REQUESTED, b->stream, (uint64_t)(uintptr_t)b->ptr,
@@ -449,6 +575,7 @@ static void free_block(allocator *a, block *b, void *context) {
             b->uses[kept++] = b->uses[i];
     b->n_uses = kept;
     if (kept > 0) {
+        b->place = TPU_MEM_BLOCK_PENDING;
         b->next = a->pending;
         a->pending = b;
     } else {

@@ -206,9 +206,9 @@ static void describe_block(const tpu_mem_allocator *a, const tpu_mem_block *b,
                            tpu_mem_block_state state, tpu_mem_block_info *info) {
     bool active = state != TPU_MEM_BLOCK_INACTIVE;
     *info = (tpu_mem_block_info){
-        .segment_address = (uint64_t)(uintptr_t)b->ptr,
-        .segment_size = b->size,
-        .segment_context = b->seg_context,
+        .segment_address = (uint64_t)(uintptr_t)b->segment->ptr,
+        .segment_size = b->segment->size,
+        .segment_context = b->segment->context,
         .address = (uint64_t)(uintptr_t)b->ptr,
         .size = b->size,
         .requested_size = active ? b->requested : 0,
@@ -238,8 +238,8 @@ tpu_status tpu_mem_snapshot(int chip, tpu_mem_block_info **out, size_t *count) {
     *count = 0;
     tpu_mem_allocator *a = &tpu_mem_allocators[chip];
     pthread_mutex_lock(&a->lock);
-    /* Every segment is one block, live, pending or cached. */
-    size_t total = (size_t)a->stats.segment[TPU_MEM_POOL_ALL].current;
+    /* Every block is live, pending or cached. */
+    size_t total = a->n_blocks;
     tpu_mem_block_info *blocks = total ? malloc(total * sizeof *blocks) : NULL;
     if (total && !blocks) {
         pthread_mutex_unlock(&a->lock);
@@ -262,10 +262,10 @@ tpu_status tpu_mem_snapshot(int chip, tpu_mem_block_info **out, size_t *count) {
     tpu_mem_record_event(a, TPU_MEM_ACTION_SNAPSHOT, 0, 0,
                          (uint64_t)a->stats.active_bytes[TPU_MEM_POOL_ALL].current, 0, NULL);
     pthread_mutex_unlock(&a->lock);
-    if (n != total) { /* the lists and the segment count disagree: a bug */
+    if (n != total) { /* the lists and the block count disagree: a bug */
         tpu_mem_blocks_free(blocks, n < total ? n : total);
         return tpu_set_error(TPU_ERR_INTERNAL,
-                             "tpu_mem_snapshot: tpu:%d holds %zu segments but lists %zu blocks",
+                             "tpu_mem_snapshot: tpu:%d holds %zu blocks but lists %zu",
                              chip, total, n);
     }
     if (n > 1)

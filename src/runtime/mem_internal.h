@@ -24,18 +24,39 @@ typedef struct {
     uint64_t seq; /* the stream's submitted_seq when recorded */
 } tpu_mem_block_use;
 
+/* A range taken from the target in one piece. Its blocks tile it, in
+ * address order, linked through their before/after fields. */
+typedef struct {
+    void *ptr;
+    size_t size;
+    void *context; /* the context of the allocation that took the segment */
+} tpu_mem_segment;
+
+/* Where a block is: handed out, freed but maybe still used by another
+ * stream's recorded work, or in its stream's cache. */
+typedef enum { TPU_MEM_BLOCK_LIVE, TPU_MEM_BLOCK_PENDING, TPU_MEM_BLOCK_CACHED } tpu_mem_block_place;
+
 typedef struct tpu_mem_block {
     struct tpu_mem_block *next; /* hash chain while live; cache or pending list when free */
+    struct tpu_mem_block *prev; /* the cache list's previous block, while cached */
+    struct tpu_mem_block *before, *after; /* neighbours in the segment; NULL at its ends */
+    tpu_mem_segment *segment;
+    tpu_mem_block_place place;
     void *ptr;
-    size_t size;        /* bytes of the segment (rounded) */
+    size_t size;        /* bytes of the block (rounded) */
     size_t requested;   /* bytes asked for by the allocation, until its free completes */
     int stream;         /* index of the stream it is allocated for, on its chip */
     uint64_t free_seq;  /* that stream's submitted_seq when freed */
     tpu_mem_block_use *uses; /* record_stream uses by other streams */
     int n_uses, cap_uses;
     void *context;      /* the allocation's context, until its free completes */
-    void *seg_context;  /* the context of the allocation that took the segment */
 } tpu_mem_block;
+
+/* Whether b covers its whole segment (it was never split, or its parts
+ * have merged back). */
+static inline bool tpu_mem_block_whole(const tpu_mem_block *b) {
+    return !b->before && !b->after;
+}
 
 /* The last events of one chip: entries[(head + i) % cap] for i < count is
  * the i-th oldest. Grows by doubling up to the configured maximum, then
@@ -55,6 +76,7 @@ typedef struct {
     size_t n_buckets, n_live;
     tpu_mem_block *cache[TPU_STREAMS_MAX]; /* free blocks per stream index, ascending size */
     tpu_mem_block *pending;                /* free blocks waiting for recorded uses */
+    size_t n_blocks;                       /* blocks in every state */
     uint64_t cached_bytes;                 /* bytes in cache lists and pending */
     tpu_mem_stats stats;
     bool no_caching;                       /* tpu_mem_set_caching(false) */

@@ -32,7 +32,9 @@ void tpu_mem_stat_lower(tpu_mem_stat *stat, tpu_mem_pool pool, int64_t n) {
     X((m)->allocated_bytes);                                                                       \
     X((m)->reserved_bytes);                                                                        \
     X((m)->active_bytes);                                                                          \
-    X((m)->requested_bytes)
+    X((m)->requested_bytes);                                                                       \
+    X((m)->inactive_split);                                                                        \
+    X((m)->inactive_split_bytes)
 
 static void reset_peaks(tpu_mem_stat stat[TPU_MEM_POOL_COUNT]) {
     for (int p = 0; p < TPU_MEM_POOL_COUNT; p++)

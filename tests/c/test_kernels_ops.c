@@ -278,8 +278,9 @@ static const krow k_rows[] = {
     {"mm bf16 tiny", T_MM, 2, {37, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"mm bf16 tiny weight", T_MM, 2, {9, 33, 70}, BF16, {BF16, BF16}, 2, L_CONTIG, L_TRANS, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"mm f32 medium tiny", T_MM, 2, {20, 40, 33}, F32, {F32, F32}, 2, L_TRANS, L_CONTIG, 0, 1, 0, TPU_PRECISION_MEDIUM, S_TINY, 0},
-    /* skinny products (gemv.c): M <= 4, both layouts of B, k and column
-     * tails, the vector blocks of 16 and 8 and the column block of 1024 */
+    /* skinny products (gemv.c): M <= 8, both layouts of B, k and column
+     * tails, the vector blocks of 16 and 8 and the column blocks of 1024
+     * (M <= 4) and 512 (M > 4) */
     {"mm f32 weight", T_MM, 2, {40, 300, 100}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 4e-5},
     {"mm bf16 weight", T_MM, 2, {40, 301, 100}, BF16, {BF16, BF16}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"mm bf16 weight blocks", T_MM, 2, {9, 1100, 70}, BF16, {BF16, BF16}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
@@ -290,13 +291,20 @@ static const krow k_rows[] = {
     {"gemv f32 4 wide", T_MM, 2, {4, 7, 2100}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"gemv f32 4 weight wide", T_MM, 2, {4, 33, 2100}, F32, {F32, F32}, 2, L_PAD, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"gemv f32 5 rows", T_MM, 2, {5, 17, 40}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 6 wide", T_MM, 2, {6, 9, 1300}, F32, {F32, F32}, 2, L_CONTIG, L_CONTIG, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 7 weight", T_MM, 2, {7, 45, 70}, F32, {F32, F32}, 2, L_PAD, L_WEIGHT, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv f32 8 trans", T_MM, 2, {8, 33, 600}, F32, {F32, F32}, 2, L_TRANS, L_TRANS, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"gemv f32 misaligned", T_MM, 2, {2, 17, 40}, F32, {F32, F32}, 2, L_CONTIG, L_ODD, 0, 0, 0, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"gemv bf16 1 row", T_MM, 2, {1, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"gemv bf16 1 weight", T_MM, 2, {1, 61, 45}, BF16, {BF16, BF16}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"gemv bf16 3 weight", T_MM, 2, {3, 300, 70}, BF16, {BF16, BF16}, 2, L_TRANS, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv bf16 5 rows", T_MM, 2, {5, 23, 1100}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv bf16 8 rows", T_MM, 2, {8, 35, 530}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
+    {"gemv bf16 8 weight", T_MM, 2, {8, 300, 70}, BF16, {BF16, BF16}, 2, L_TRANS, L_WEIGHT, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"gemv bf16 4 rows", T_MM, 2, {4, 35, 1100}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"gemv f32 medium", T_MM, 2, {1, 40, 33}, F32, {F32, F32}, 2, L_CONTIG, L_WEIGHT, 0, 1, 0, TPU_PRECISION_MEDIUM, S_TINY, 0},
     {"gemv addmm f32", T_ADDMM, 2, {2, 31, 50}, F32, {F32, F32, F32}, 3, L_CONTIG, L_WEIGHT, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"gemv addmm f32 8", T_ADDMM, 2, {8, 31, 50}, F32, {F32, F32, F32}, 3, L_CONTIG, L_WEIGHT, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"gemv addmm bf16 bcast", T_ADDMM, 2, {1, 31, 50}, BF16, {BF16, BF16, BF16}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"mm bf16 tiny blocks", T_MM, 2, {150, 600, 40}, BF16, {BF16, BF16}, 2, L_CONTIG, L_CONTIG, 0, 1, 0, TPU_PRECISION_HIGHEST, S_TINY, 0},
     {"addmm f32", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},

@@ -130,9 +130,9 @@ static void test_stats_and_rounding(void) {
     CHECK_OK(tpu_mem_alloc(0, 1 * MIB, NULL, &b));
     CHECK_OK(tpu_mem_alloc(0, 1 * MIB + 1, NULL, &c));
     tpu_mem_stats m = stats(0);
-    CHECK(ALL(m.allocated_bytes).current == 512 + 1 * MIB + 2 * MIB);
+    CHECK(ALL(m.allocated_bytes).current == 512 + 1 * MIB + 1 * MIB + 512);
     CHECK(ALL(m.requested_bytes).current == 1 + 1 * MIB + 1 * MIB + 1);
-    CHECK(ALL(m.reserved_bytes).current == ALL(m.allocated_bytes).current);
+    CHECK(ALL(m.reserved_bytes).current == 512 + 1 * MIB + 2 * MIB); /* c's segment: 2 MiB */
     CHECK(ALL(m.allocation).current == 3 && ALL(m.allocation).allocated == 3 &&
           m.num_device_alloc == 3);
     CHECK(ALL(m.allocated_bytes).peak == ALL(m.allocated_bytes).current);
@@ -141,7 +141,7 @@ static void test_stats_and_rounding(void) {
     m = stats(0);
     CHECK(ALL(m.allocated_bytes).current == 512 + 1 * MIB);
     CHECK(ALL(m.reserved_bytes).current == 512 + 3 * MIB); /* c is cached */
-    CHECK(ALL(m.allocated_bytes).peak == 512 + 3 * MIB);
+    CHECK(ALL(m.allocated_bytes).peak == 512 + 2 * MIB + 512);
     CHECK_OK(tpu_mem_reset_peak_stats(0));
     m = stats(0);
     CHECK(ALL(m.allocated_bytes).peak == 512 + 1 * MIB &&
@@ -177,12 +177,12 @@ static void test_counts_peaks_and_totals(void) {
     CHECK(ALL(m.allocation).current == 2 && ALL(m.allocation).peak == 2);
     CHECK(ALL(m.segment).current == 2 && ALL(m.segment).peak == 2);
     CHECK(ALL(m.requested_bytes).peak == 1000 + 3 * MIB);
-    CHECK(ALL(m.allocated_bytes).allocated == 1024 + 4 * MIB && ALL(m.allocated_bytes).freed == 0);
+    CHECK(ALL(m.allocated_bytes).allocated == 1024 + 3 * MIB && ALL(m.allocated_bytes).freed == 0);
     CHECK(ALL(m.reserved_bytes).allocated == 1024 + 4 * MIB);
     CHECK_OK(tpu_mem_free(b));
     m = stats(0);
     CHECK(ALL(m.allocation).current == 1 && ALL(m.allocation).peak == 2);
-    CHECK(ALL(m.allocated_bytes).freed == 4 * MIB && ALL(m.segment).current == 2); /* b is cached */
+    CHECK(ALL(m.allocated_bytes).freed == 3 * MIB && ALL(m.segment).current == 2); /* b is cached */
     CHECK_OK(tpu_mem_empty_cache(0));
     m = stats(0);
     CHECK(ALL(m.segment).current == 1 && ALL(m.segment).peak == 2 &&
@@ -266,15 +266,17 @@ static void test_pools_and_active(void) {
     reset(0);
     void *small, *large;
     CHECK_OK(tpu_mem_alloc(0, 1000, NULL, &small));     /* a 1024-byte block */
-    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &large)); /* a 4 MiB block */
+    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &large)); /* of a 4 MiB segment */
     tpu_mem_stats m = stats(0);
     CHECK(m.allocated_bytes[TPU_MEM_POOL_SMALL].current == 1024);
-    CHECK(m.allocated_bytes[TPU_MEM_POOL_LARGE].current == 4 * MIB);
-    CHECK(ALL(m.allocated_bytes).current == 1024 + 4 * MIB);
+    CHECK(m.allocated_bytes[TPU_MEM_POOL_LARGE].current == 3 * MIB);
+    CHECK(ALL(m.allocated_bytes).current == 1024 + 3 * MIB);
+    CHECK(m.reserved_bytes[TPU_MEM_POOL_LARGE].current == 4 * MIB);
+    CHECK(m.inactive_split_bytes[TPU_MEM_POOL_LARGE].current == 1 * MIB);
     CHECK(m.segment[TPU_MEM_POOL_SMALL].current == 1 && m.segment[TPU_MEM_POOL_LARGE].current == 1);
     CHECK(m.reserved_bytes[TPU_MEM_POOL_SMALL].current == 1024);
     CHECK(m.requested_bytes[TPU_MEM_POOL_LARGE].current == 3 * MIB);
-    CHECK(ALL(m.active).current == 2 && ALL(m.active_bytes).current == 1024 + 4 * MIB);
+    CHECK(ALL(m.active).current == 2 && ALL(m.active_bytes).current == 1024 + 3 * MIB);
     CHECK_OK(tpu_mem_free(small));
     CHECK_OK(tpu_mem_free(large));
 
@@ -295,7 +297,7 @@ static void test_pools_and_active(void) {
     CHECK_OK(tpu_mem_alloc(0, 100, s1, &q)); /* frees complete lazily, at the next allocation */
     m = stats(0);
     CHECK(ALL(m.active).current == 1 && ALL(m.active_bytes).current == 512);
-    CHECK(ALL(m.active).freed == 3 && ALL(m.active_bytes).freed == 1024 + 4 * MIB + 8192);
+    CHECK(ALL(m.active).freed == 3 && ALL(m.active_bytes).freed == 1024 + 3 * MIB + 8192);
     CHECK(ALL(m.requested_bytes).current == 100);
     CHECK_OK(tpu_mem_free(q));
     CHECK(m.num_sync_all_streams == 0);
@@ -477,6 +479,89 @@ static void test_empty_cache_waits(void) {
     CHECK(ALL(stats(0).reserved_bytes).current == 0);
 }
 
+/* Large blocks: a segment's rest of more than 1 MiB becomes a cached
+ * block; a large request splits the smallest cached block that fits; a
+ * freed block merges with its free neighbours; only whole segments go
+ * back to the target; parts never cross streams; the snapshot lists every
+ * part inside its segment. */
+static void test_split_and_merge(void) {
+    reset(0);
+    void *p, *q, *r, *t;
+    CHECK_OK(tpu_mem_alloc(0, 8 * MIB + 100, NULL, &p)); /* 8 MiB + 512 of a 10 MiB segment */
+    tpu_mem_stats m = stats(0);
+    CHECK(ALL(m.allocated_bytes).current == 8 * MIB + 512);
+    CHECK(ALL(m.reserved_bytes).current == 10 * MIB && m.segment[TPU_MEM_POOL_LARGE].current == 1);
+    CHECK(ALL(m.inactive_split).current == 1 &&
+          ALL(m.inactive_split_bytes).current == 2 * MIB - 512);
+
+    tpu_mem_block_info *blocks = NULL;
+    size_t n = 0;
+    CHECK_OK(tpu_mem_snapshot(0, &blocks, &n));
+    CHECK(n == 2);
+    for (size_t i = 0; i < n && n == 2; i++)
+        CHECK(blocks[i].segment_address == (uint64_t)(uintptr_t)p &&
+              blocks[i].segment_size == 10 * MIB);
+    if (n == 2)
+        CHECK(blocks[0].address == (uint64_t)(uintptr_t)p && blocks[0].size == 8 * MIB + 512 &&
+              blocks[0].state == TPU_MEM_BLOCK_ACTIVE_ALLOCATED &&
+              blocks[1].address == blocks[0].address + blocks[0].size &&
+              blocks[1].size == 2 * MIB - 512 && blocks[1].state == TPU_MEM_BLOCK_INACTIVE);
+    tpu_mem_blocks_free(blocks, n);
+
+    CHECK_OK(tpu_mem_free(p)); /* merges back: one whole cached segment */
+    m = stats(0);
+    CHECK(ALL(m.inactive_split).current == 0 && ALL(m.inactive_split_bytes).current == 0);
+
+    /* Two large requests split the cached segment; no new segment. */
+    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &q));
+    CHECK_OK(tpu_mem_alloc(0, 4 * MIB, NULL, &r));
+    CHECK(q == p && (char *)r == (char *)p + 3 * MIB);
+    m = stats(0);
+    CHECK(m.num_device_alloc == 1 && m.num_cache_hits == 2);
+    CHECK(ALL(m.allocated_bytes).current == 7 * MIB && ALL(m.reserved_bytes).current == 10 * MIB);
+    CHECK(ALL(m.inactive_split_bytes).current == 3 * MIB);
+
+    /* The rest (3 MiB) is split again; its last 1 MiB waits for a merge
+     * (no large request fits it, and small ones never take a part). */
+    void *small;
+    CHECK_OK(tpu_mem_alloc(0, 2 * MIB, NULL, &t));
+    CHECK_OK(tpu_mem_alloc(0, 1 * MIB, NULL, &small));
+    CHECK((char *)t == (char *)p + 7 * MIB && ((char *)small < (char *)p || (char *)small >= (char *)p + 10 * MIB));
+    m = stats(0);
+    CHECK(ALL(m.allocated_bytes).current == 10 * MIB && ALL(m.inactive_split_bytes).current == 1 * MIB);
+    CHECK(m.allocated_bytes[TPU_MEM_POOL_LARGE].current == 9 * MIB);
+    CHECK_OK(tpu_mem_free(small));
+
+    /* A split segment is not released while any part is live. */
+    CHECK_OK(tpu_mem_free(q));
+    CHECK_OK(tpu_mem_free(t)); /* merges with the 1 MiB rest */
+    CHECK_OK(tpu_mem_empty_cache(0));
+    m = stats(0);
+    CHECK(ALL(m.reserved_bytes).current == 10 * MIB && m.num_device_free == 1); /* small's */
+    CHECK(ALL(m.inactive_split).current == 2 &&
+          ALL(m.inactive_split_bytes).current == 6 * MIB);
+    /* Another stream never takes a part: a segment of its own. */
+    void *other;
+    CHECK_OK(tpu_mem_alloc(0, 2 * MIB, stream(0, 1), &other));
+    CHECK(other != q && other != t);
+    CHECK_OK(tpu_mem_free(other));
+    CHECK_OK(tpu_mem_free(r)); /* merges both neighbours */
+    m = stats(0);
+    CHECK(ALL(m.inactive_split).current == 0 && ALL(m.allocated_bytes).current == 0);
+    CHECK_OK(tpu_mem_empty_cache(0));
+    m = stats(0);
+    CHECK(ALL(m.reserved_bytes).current == 0 && m.num_device_free == 3);
+
+    /* Peak: a smaller request after a larger free counts its own bytes. */
+    reset(0);
+    CHECK_OK(tpu_mem_alloc(0, 16 * MIB, NULL, &p));
+    CHECK_OK(tpu_mem_free(p));
+    CHECK_OK(tpu_mem_reset_peak_stats(0));
+    CHECK_OK(tpu_mem_alloc(0, 9 * MIB, NULL, &q));
+    CHECK(q == p && ALL(stats(0).allocated_bytes).peak == 9 * MIB);
+    CHECK_OK(tpu_mem_free(q));
+}
+
 /* Many threads allocating and freeing: the counters stay consistent. */
 static void *churn(void *arg) {
     int chip = (int)(intptr_t)arg % 2;
@@ -484,9 +569,13 @@ static void *churn(void *arg) {
     tpu_stream_get(chip, 1 + (int)(intptr_t)arg, &s);
     void *ptrs[16];
     for (int rep = 0; rep < 500; rep++) {
-        for (int i = 0; i < 16; i++)
-            if (tpu_mem_alloc(chip, (size_t)(1 + (rep * 7 + i * 13) % 5000), s, &ptrs[i]) != TPU_OK)
+        for (int i = 0; i < 16; i++) {
+            /* Two large blocks (1 to 3 MiB) among small ones: splits and merges. */
+            size_t n = i < 2 ? MIB + (size_t)((rep * 7919 + i * 104729) % (2 * MIB))
+                             : (size_t)(1 + (rep * 7 + i * 13) % 5000);
+            if (tpu_mem_alloc(chip, n, s, &ptrs[i]) != TPU_OK)
                 ptrs[i] = NULL;
+        }
         for (int i = 0; i < 16; i++)
             tpu_mem_free(ptrs[i]);
     }
@@ -509,7 +598,8 @@ static void test_threads(void) {
               ALL(m.requested_bytes).current == 0);
         CHECK(m.num_cache_hits + m.num_device_alloc == (uint64_t)ALL(m.allocation).allocated);
         CHECK_OK(tpu_mem_empty_cache(c));
-        CHECK(ALL(stats(c).reserved_bytes).current == 0);
+        m = stats(c);
+        CHECK(ALL(m.reserved_bytes).current == 0 && ALL(m.inactive_split).current == 0);
     }
 }
 
@@ -530,6 +620,7 @@ int main(void) {
     test_caching_off();
     test_oom_retry_releases_cache();
     test_empty_cache_waits();
+    test_split_and_merge();
     test_threads();
     return check_report();
 }

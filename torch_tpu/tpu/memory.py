@@ -4,10 +4,11 @@ what torch.cuda.memory adds on top: the per-process memory fraction, a
 readable summary, allocation history and snapshots in the format of
 PyTorch's memory visualizer, and the pinned host allocator's statistics.
 
-Every block of the tpu allocator is a segment of its own (nothing is
-split), so the "inactive_split" and "oversize" statistics are zero by
-construction; "small_pool" holds blocks of at most 1 MiB and "large_pool"
-the others, as on CUDA."""
+A segment of more than 1 MiB is split into blocks of the sizes asked for,
+as on CUDA ("inactive_split" counts the cached parts of split segments);
+there is no max_split_size, so the "oversize" statistics are zero.
+"small_pool" holds the blocks of segments of at most 1 MiB and
+"large_pool" the others, as on CUDA."""
 import contextlib
 import inspect
 import math

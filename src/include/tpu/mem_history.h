@@ -132,7 +132,7 @@ typedef enum {
 
 /* One block of a snapshot, with the segment it lies in. Blocks of one
  * segment come one after another in ascending address order and cover it
- * exactly (on this allocator a segment holds exactly one block). */
+ * exactly. */
 typedef struct {
     uint64_t segment_address;
     uint64_t segment_size;

@@ -160,20 +160,22 @@ typedef struct {
 } tpu_mem_stat;
 
 /* The pools statistics are split by, as CUDA splits them: every block, and
- * blocks of at most 1 MiB (small) apart from larger ones. A block's pool is
- * fixed by its rounded size. */
+ * blocks of segments of at most 1 MiB (small; one block per segment)
+ * apart from those of larger segments. */
 typedef enum {
     TPU_MEM_POOL_ALL = 0,
-    TPU_MEM_POOL_SMALL, /* blocks of at most 1 MiB */
+    TPU_MEM_POOL_SMALL, /* blocks of segments of at most 1 MiB */
     TPU_MEM_POOL_LARGE,
     TPU_MEM_POOL_COUNT
 } tpu_mem_pool;
 
-/* Allocator statistics of one chip. Every block is one segment from the
- * target (nothing is split), so CUDA's inactive_split statistics are zero
- * by construction and not kept. A block is "active" from its allocation
- * until its free has completed: at once for a block no other stream uses,
- * or once the work recorded on it with tpu_mem_record_stream has run. */
+/* Allocator statistics of one chip. A segment is a range taken from the
+ * target; a large one (more than 1 MiB) is split into blocks of the sizes
+ * asked for, and an "inactive split" block is a cached part of a split
+ * segment (it cannot be returned to the target until its segment's blocks
+ * merge back). A block is "active" from its allocation until its free has
+ * completed: at once for a block no other stream uses, or once the work
+ * recorded on it with tpu_mem_record_stream has run. */
 typedef struct {
     tpu_mem_stat allocation[TPU_MEM_POOL_COUNT];      /* live allocations */
     tpu_mem_stat segment[TPU_MEM_POOL_COUNT];         /* segments held from the target */
@@ -182,6 +184,8 @@ typedef struct {
     tpu_mem_stat reserved_bytes[TPU_MEM_POOL_COUNT];  /* segment bytes, cached ones included */
     tpu_mem_stat active_bytes[TPU_MEM_POOL_COUNT];    /* block bytes of active blocks */
     tpu_mem_stat requested_bytes[TPU_MEM_POOL_COUNT]; /* bytes asked for by active blocks */
+    tpu_mem_stat inactive_split[TPU_MEM_POOL_COUNT];  /* cached blocks of split segments */
+    tpu_mem_stat inactive_split_bytes[TPU_MEM_POOL_COUNT];
     /* cumulative since the last tpu_mem_reset_accumulated_stats */
     uint64_t num_cache_hits;       /* allocations served from the cache */
     uint64_t num_alloc_retries;    /* cache flushes to satisfy a request */
