@@ -566,7 +566,9 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
     for (; i + 16 <= n; i += 16) {                                                                 \
         const __m512 x = LD16(a, i), y = LD16(b, i);                                               \
         const __m512 r = EXPR;                                                                     \
-        if (o_bf16)                                                                                \
+        if (o_bf16 && hw)                                                                          \
+            tpu_k_bf16x16_store_hw((uint16_t *)po + i, r);                                         \
+        else if (o_bf16)                                                                           \
             tpu_k_bf16x16_store((uint16_t *)po + i, r);                                            \
         else                                                                                       \
             _mm512_storeu_ps((float *)po + i, r);                                                  \
@@ -575,7 +577,9 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
         const int k = (int)(n - i);                                                                \
         const __m512 x = LD16_N(a, i, k), y = LD16_N(b, i, k);                                     \
         const __m512 r = EXPR;                                                                     \
-        if (o_bf16)                                                                                \
+        if (o_bf16 && hw)                                                                          \
+            tpu_k_bf16x16_store_n_hw((uint16_t *)po + i, r, k);                                    \
+        else if (o_bf16)                                                                           \
             tpu_k_bf16x16_store_n((uint16_t *)po + i, r, k);                                       \
         else                                                                                       \
             tpu_k_f32x16_store_n((float *)po + i, r, k);                                           \
@@ -591,8 +595,10 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
                          _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, y, _CMP_LT_OQ), y, x),         \
                          _mm512_add_ps(x, y))
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
-direct_512(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n) {
+/* The 16-lane loops; hw: bf16 outs round by VCVTNEPS2BF16 (the caller
+ * checked tpu_k_bf16_cvt_ok), a constant in each of the two builds below. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"), always_inline)) static inline void
+direct_16(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n, bool hw) {
     const float alpha = (float)c->alpha.f;
     const __m512 va0 = _mm512_set1_ps(tpu_k_load_f32(a.p, a.dt));
     const __m512 vb0 = _mm512_set1_ps(tpu_k_load_f32(b.p, b.dt));
@@ -615,6 +621,18 @@ direct_512(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_
     case TPU_BINARY_MINIMUM: LOOP16(MIN16(x, y));
     default: LOOP16(_mm512_div_ps(x, y));
     }
+}
+
+/* Both builds carry the AVX512-BF16 target so that direct_16 inlines, but
+ * direct_512 never executes a BF16 instruction: hw is false in it. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"))) static void
+direct_512(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n) {
+    direct_16(c, po, odt, a, b, n, false);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"))) static void
+direct_512_hw(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t n) {
+    direct_16(c, po, odt, a, b, n, true);
 }
 #endif
 
@@ -650,7 +668,9 @@ static bool direct_dtypes(const bin_ctx *c, tpu_dtype odt, run_in a, run_in b, b
 static void direct_run(tpu_isa isa, const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b,
                        int64_t n) {
 #if TPU_K_X86
-    if (isa >= TPU_ISA_AVX512)
+    if (isa >= TPU_ISA_AVX512 && odt == TPU_DTYPE_BF16 && tpu_k_bf16_cvt_ok())
+        direct_512_hw(c, po, odt, a, b, n);
+    else if (isa >= TPU_ISA_AVX512)
         direct_512(c, po, odt, a, b, n);
     else
         direct_avx2(c, po, odt, a, b, n);

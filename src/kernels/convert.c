@@ -1,8 +1,10 @@
-/* Run conversions f32 <-> f16/bf16 (see convert.h). bf16 has AVX2 and
- * AVX-512 variants (the same bits as the scalar ones); f16 uses the exact
- * scalar conversions of dtype.c. */
+/* Run conversions f32 <-> f16/bf16 (see convert.h). bf16 has AVX2,
+ * AVX-512 and AVX512-BF16 variants (the same bits as the scalar ones:
+ * the last only after a probe); f16 uses the exact scalar conversions of
+ * dtype.c. */
 #include "convert.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "ew_simd.h"
@@ -13,6 +15,52 @@ bool tpu_k_cvt_supported(tpu_dtype dt) {
 }
 
 #if TPU_K_X86
+/* ------------------------------------------ the VCVTNEPS2BF16 probe */
+
+/* The inputs the probe rounds both ways: zeros, the smallest and largest
+ * normals, ties to even either way, values that round up across a binade
+ * and to infinity, infinities, NaNs with payloads and both quiet bits, a
+ * subnormal (the fix-up's lane), and pseudo-random bits of every kind. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"))) static bool
+bf16_cvt_matches(void) {
+    static const uint32_t fixed[] = {
+        0x00000000u, 0x80000000u, 0x00800000u, 0x80800000u, 0x7f7fffffu, 0xff7fffffu,
+        0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu, 0x7f7f8000u, 0x7f800000u,
+        0xff800000u, 0x7f800001u, 0xffc12345u, 0x7fbfffffu, 0x00000001u, 0x807fffffu};
+    enum { N = 4096 };
+    uint32_t bits[N];
+    memcpy(bits, fixed, sizeof fixed);
+    uint32_t state = 2463534242u;
+    for (size_t i = sizeof fixed / sizeof fixed[0]; i < N; i++) {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        bits[i] = state;
+    }
+    for (int i = 0; i < N; i += 16) {
+        __m512 v = _mm512_loadu_ps((const float *)(bits + i));
+        __m256i hw = tpu_k_bf16x16_round_hw(v);
+        __m256i ref = _mm512_cvtepi32_epi16(tpu_k_bf16x16_round(v));
+        if (_mm256_cmpneq_epi16_mask(hw, ref) != 0)
+            return false;
+    }
+    return true;
+}
+
+static bool g_cvt_ok;
+static pthread_once_t g_cvt_once = PTHREAD_ONCE_INIT;
+
+static void cvt_probe_once(void) {
+    g_cvt_ok = __builtin_cpu_supports("avx512bf16") && bf16_cvt_matches();
+}
+
+bool tpu_k_bf16_cvt_ok(void) {
+    if (!tpu_k_cpu_has_avx512())
+        return false;
+    pthread_once(&g_cvt_once, cvt_probe_once);
+    return g_cvt_ok;
+}
+
 /* The run conversions: ew_simd.h's vectors in a loop, then a scalar tail. */
 __attribute__((target("avx2,fma"))) static void bf16_to_f32_avx2(float *dst, const uint16_t *src,
                                                                  int64_t n) {
@@ -48,6 +96,15 @@ f32_to_bf16_512(uint16_t *dst, const float *src, int64_t n) {
         tpu_k_bf16x16_store(dst + i, _mm512_loadu_ps(src + i));
     if (i < n)
         tpu_k_bf16x16_store_n(dst + i, tpu_k_f32x16_load_n(src + i, (int)(n - i)), (int)(n - i));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"))) static void
+f32_to_bf16_hw(uint16_t *dst, const float *src, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        tpu_k_bf16x16_store_hw(dst + i, _mm512_loadu_ps(src + i));
+    if (i < n)
+        tpu_k_bf16x16_store_n_hw(dst + i, tpu_k_f32x16_load_n(src + i, (int)(n - i)), (int)(n - i));
 }
 #endif
 
@@ -87,7 +144,10 @@ void tpu_k_cvt_from_f32(void *dst, tpu_dtype dt, const float *src, int64_t n) {
 #if TPU_K_X86
         tpu_isa isa = tpu_kernels_get_isa();
         if (isa >= TPU_ISA_AVX512) {
-            f32_to_bf16_512(d, src, n);
+            if (tpu_k_bf16_cvt_ok())
+                f32_to_bf16_hw(d, src, n);
+            else
+                f32_to_bf16_512(d, src, n);
             return;
         }
         if (isa >= TPU_ISA_AVX2) {

@@ -23,6 +23,12 @@
 #define TPU_K_AVX2 __attribute__((target("avx2,fma"), always_inline)) static inline
 #define TPU_K_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"), always_inline)) static inline
 
+/* True if the _hw stores below may run: the AVX-512 variants may, the
+ * CPU has AVX512-BF16, and a one-time probe found its VCVTNEPS2BF16 gives
+ * tpu_k_bf16x16_round's bits on every kind of normal input (convert.c).
+ * Thread-safe. */
+bool tpu_k_bf16_cvt_ok(void);
+
 /* ----------------------------------------------------------- 8 lanes */
 
 TPU_K_AVX2 __m256 tpu_k_bf16x8_load(const uint16_t *p) {
@@ -81,6 +87,33 @@ TPU_K_AVX512 void tpu_k_bf16x16_store(uint16_t *p, __m512 v) {
 
 TPU_K_AVX512 void tpu_k_bf16x16_store_n(uint16_t *p, __m512 v, int n) {
     _mm512_mask_cvtepi32_storeu_epi16(p, (__mmask16)((1u << n) - 1), tpu_k_bf16x16_round(v));
+}
+
+/* ------------------------------------------- 16 lanes, AVX512-BF16 */
+
+#define TPU_K_AVX512BF16                                                                           \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"), always_inline))       \
+    static inline
+
+/* tpu_k_bf16x16_round's bits, narrowed, by VCVTNEPS2BF16: it rounds ties
+ * to even and quiets NaNs as tpu_f32_to_bf16 does, but reads subnormal
+ * inputs as zero, so a vector holding one takes the portable rounding.
+ * Call only where tpu_k_bf16_cvt_ok() holds. */
+TPU_K_AVX512BF16 __m256i tpu_k_bf16x16_round_hw(__m512 v) {
+    const __m512i mag = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 sub = _mm512_mask_cmplt_epi32_mask(_mm512_test_epi32_mask(mag, mag), mag,
+                                                       _mm512_set1_epi32(0x00800000));
+    if (__builtin_expect(sub != 0, 0))
+        return _mm512_cvtepi32_epi16(tpu_k_bf16x16_round(v));
+    return (__m256i)_mm512_cvtneps_pbh(v);
+}
+
+TPU_K_AVX512BF16 void tpu_k_bf16x16_store_hw(uint16_t *p, __m512 v) {
+    _mm256_storeu_si256((__m256i *)p, tpu_k_bf16x16_round_hw(v));
+}
+
+TPU_K_AVX512BF16 void tpu_k_bf16x16_store_n_hw(uint16_t *p, __m512 v, int n) {
+    _mm256_mask_storeu_epi16(p, (__mmask16)((1u << n) - 1), tpu_k_bf16x16_round_hw(v));
 }
 
 TPU_K_AVX512 __m512 tpu_k_f32x16_load_n(const float *p, int n) {
