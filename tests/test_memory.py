@@ -192,18 +192,19 @@ def test_large_blocks_split_so_allocated_tracks_requested():
     torch.tpu.synchronize()
     torch.tpu.empty_cache()
     base_alloc, base_reserved = torch.tpu.memory_allocated(), torch.tpu.memory_reserved()
-    big = torch.ones(16 << 20, dtype=torch.uint8, device="tpu")  # 16 MiB
+    big = torch.ones(12 << 20, dtype=torch.uint8, device="tpu")  # 12 MiB
     del big
     torch.tpu.reset_peak_memory_stats()
-    parts = [torch.full((4 << 20,), i, dtype=torch.uint8, device="tpu") for i in range(3)]  # 12 MiB
-    assert torch.tpu.memory_allocated() - base_alloc == 12 << 20
-    assert torch.tpu.max_memory_allocated() - base_alloc == 12 << 20
-    assert torch.tpu.memory_reserved() == base_reserved + (16 << 20)  # all three from the cached block
+    # 7 MiB splits the cached 12 MiB block (at most twice the request), 4 MiB the 5 MiB rest.
+    parts = [torch.full((n << 20,), i, dtype=torch.uint8, device="tpu") for i, n in enumerate((7, 4))]
+    assert torch.tpu.memory_allocated() - base_alloc == 11 << 20
+    assert torch.tpu.max_memory_allocated() - base_alloc == 11 << 20
+    assert torch.tpu.memory_reserved() == base_reserved + (12 << 20)  # both from the cached block
     s = torch.tpu.memory_stats()
-    assert s["inactive_split.all.current"] == 1 and s["inactive_split_bytes.all.current"] == 4 << 20
-    for i in range(3):  # each part's bytes are its own
-        assert torch.equal(parts[i].cpu(), torch.full((4 << 20,), i, dtype=torch.uint8))
-    del parts[1]
+    assert s["inactive_split.all.current"] == 1 and s["inactive_split_bytes.all.current"] == 1 << 20
+    for i, n in enumerate((7, 4)):  # each part's bytes are its own
+        assert torch.equal(parts[i].cpu(), torch.full((n << 20,), i, dtype=torch.uint8))
+    del parts[0]
     s = torch.tpu.memory_stats()
     assert s["inactive_split.all.current"] == 2 and s["inactive_split_bytes.all.current"] == 8 << 20
     parts.clear()  # every part is free: they merge back into the segment

@@ -5,9 +5,10 @@
  * rounded up to 2 MiB, and the rest of the segment becomes a cached block
  * of its own. A freed block goes to a cache list of the stream it was
  * allocated for and is handed out again at once to work on that stream,
- * which runs in order: the smallest cached block that fits, for a large
- * request from a large segment and split to its size, for a small one a
- * whole block of a small segment no more than twice its size. So a large
+ * which runs in order: the smallest cached block that fits and is no
+ * more than twice its size, for a large request from a large segment and
+ * split to its size, for a small one a whole block of a small segment.
+ * So a large
  * block counts only its own bytes, and a rest too small for any large
  * request waits, cached, until its neighbours merge with it: a freed block
  * merges with the cached blocks beside it in its segment. Blocks are never
@@ -235,15 +236,18 @@ static void split_block(allocator *a, block *b, size_t n) {
 }
 
 /* Best fit on stream `s`: the smallest cached block of at least n bytes
- * in a segment of n's pool. For a large request it is split to n bytes
- * (split_block); a small request takes a block of at most 2n bytes whole
- * (a larger one is better left to a larger request). */
+ * in a segment of n's pool, and of at most 2n bytes: a larger one is left
+ * to a larger request, and, for a large one, is not split for a small
+ * part that would pin its whole segment (a segment goes back to the
+ * target only whole, so a small live part of a large free block would
+ * keep the rest from an OOM retry or empty_cache). A large request's
+ * block is split to n bytes (split_block); a small one's is taken whole. */
 static block *cache_take(allocator *a, int s, size_t n) {
     bool small = n <= TPU_MEM_SMALL_SIZE;
     for (block *b = a->cache[s]; b; b = b->next) {
         if (b->size < n || small != (b->segment->size <= TPU_MEM_SMALL_SIZE))
             continue;
-        if (small && b->size > 2 * n)
+        if (b->size > 2 * n)
             return NULL; /* the list ascends: nothing fits better */
         cache_unlink(a, b);
         a->cached_bytes -= b->size;
@@ -444,6 +448,14 @@ static tpu_status out_of_memory(allocator *a, int s, size_t nbytes, bool host_fa
     format_bytes(limit, sizeof limit, a->limit);
     a->stats.num_ooms++;
     tpu_mem_record_event(a, TPU_MEM_ACTION_OOM, s, 0, nbytes, free_bytes, context);
+    char stuck[128] = "";
+    uint64_t split_bytes = (uint64_t)a->stats.inactive_split_bytes[TPU_MEM_POOL_ALL].current;
+    if (split_bytes > 0) {
+        char sb[32];
+        format_bytes(sb, sizeof sb, split_bytes);
+        snprintf(stuck, sizeof stuck,
+                 "; %s of the cache lies in segments with live blocks and cannot be released", sb);
+    }
     char block_size[48] = "";
     if (nbytes <= a->capacity && round_size(nbytes) != nbytes)
         snprintf(block_size, sizeof block_size, ", a block of %zu bytes", round_size(nbytes));
@@ -455,9 +467,9 @@ static tpu_status out_of_memory(allocator *a, int s, size_t nbytes, bool host_fa
                  a->fraction, limit, a->limit, reserved);
     return tpu_set_error(TPU_ERR_OUT_OF_MEMORY,
                          "tpu:%d out of memory: tried to allocate %s (%zu bytes%s); %s (%" PRIu64
-                         " bytes) free of %s capacity (%s cached)%s%s",
-                         a->chip, want, nbytes, block_size, avail, free_bytes, cap, cached, fraction,
-                         host_failed ? "; the host itself has no memory left" : "");
+                         " bytes) free of %s capacity (%s cached)%s%s%s",
+                         a->chip, want, nbytes, block_size, avail, free_bytes, cap, cached, stuck,
+                         fraction, host_failed ? "; the host itself has no memory left" : "");
 }
 
 /* Hands out b to the caller: the statistics and the ALLOC event. */

@@ -512,34 +512,37 @@ static void test_split_and_merge(void) {
     m = stats(0);
     CHECK(ALL(m.inactive_split).current == 0 && ALL(m.inactive_split_bytes).current == 0);
 
-    /* Two large requests split the cached segment; no new segment. */
-    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &q));
-    CHECK_OK(tpu_mem_alloc(0, 4 * MIB, NULL, &r));
-    CHECK(q == p && (char *)r == (char *)p + 3 * MIB);
+    /* Two large requests split the cached segment (each block at most
+     * twice the request); no new segment. */
+    CHECK_OK(tpu_mem_alloc(0, 5 * MIB, NULL, &q));
+    CHECK_OK(tpu_mem_alloc(0, 3 * MIB, NULL, &r));
+    CHECK(q == p && (char *)r == (char *)p + 5 * MIB);
     m = stats(0);
     CHECK(m.num_device_alloc == 1 && m.num_cache_hits == 2);
-    CHECK(ALL(m.allocated_bytes).current == 7 * MIB && ALL(m.reserved_bytes).current == 10 * MIB);
-    CHECK(ALL(m.inactive_split_bytes).current == 3 * MIB);
+    CHECK(ALL(m.allocated_bytes).current == 8 * MIB && ALL(m.reserved_bytes).current == 10 * MIB);
+    CHECK(ALL(m.inactive_split_bytes).current == 2 * MIB);
 
-    /* The rest (3 MiB) is split again; its last 1 MiB waits for a merge
+    /* The rest (2 MiB) is split again; its last 512 KiB waits for a merge
      * (no large request fits it, and small ones never take a part). */
     void *small;
-    CHECK_OK(tpu_mem_alloc(0, 2 * MIB, NULL, &t));
+    CHECK_OK(tpu_mem_alloc(0, 3 * MIB / 2, NULL, &t));
     CHECK_OK(tpu_mem_alloc(0, 1 * MIB, NULL, &small));
-    CHECK((char *)t == (char *)p + 7 * MIB && ((char *)small < (char *)p || (char *)small >= (char *)p + 10 * MIB));
+    CHECK((char *)t == (char *)p + 8 * MIB &&
+          ((char *)small < (char *)p || (char *)small >= (char *)p + 10 * MIB));
     m = stats(0);
-    CHECK(ALL(m.allocated_bytes).current == 10 * MIB && ALL(m.inactive_split_bytes).current == 1 * MIB);
-    CHECK(m.allocated_bytes[TPU_MEM_POOL_LARGE].current == 9 * MIB);
+    CHECK(ALL(m.allocated_bytes).current == 10 * MIB + MIB / 2 &&
+          ALL(m.inactive_split_bytes).current == MIB / 2);
+    CHECK(m.allocated_bytes[TPU_MEM_POOL_LARGE].current == 9 * MIB + MIB / 2);
     CHECK_OK(tpu_mem_free(small));
 
     /* A split segment is not released while any part is live. */
     CHECK_OK(tpu_mem_free(q));
-    CHECK_OK(tpu_mem_free(t)); /* merges with the 1 MiB rest */
+    CHECK_OK(tpu_mem_free(t)); /* merges with the 512 KiB rest */
     CHECK_OK(tpu_mem_empty_cache(0));
     m = stats(0);
     CHECK(ALL(m.reserved_bytes).current == 10 * MIB && m.num_device_free == 1); /* small's */
     CHECK(ALL(m.inactive_split).current == 2 &&
-          ALL(m.inactive_split_bytes).current == 6 * MIB);
+          ALL(m.inactive_split_bytes).current == 7 * MIB);
     /* Another stream never takes a part: a segment of its own. */
     void *other;
     CHECK_OK(tpu_mem_alloc(0, 2 * MIB, stream(0, 1), &other));
@@ -551,6 +554,30 @@ static void test_split_and_merge(void) {
     CHECK_OK(tpu_mem_empty_cache(0));
     m = stats(0);
     CHECK(ALL(m.reserved_bytes).current == 0 && m.num_device_free == 3);
+
+    /* A block of more than twice the request is not split: the request
+     * takes a segment of its own, so that the free block can still go
+     * back to the target when a large request needs the room. */
+    reset(0);
+    void *big, *pin, *large;
+    CHECK_OK(tpu_mem_alloc(0, 20 * MIB, NULL, &big));
+    CHECK_OK(tpu_mem_free(big));
+    CHECK_OK(tpu_mem_alloc(0, 2 * MIB, NULL, &pin));
+    CHECK(pin != big && ALL(stats(0).inactive_split).current == 0);
+    CHECK_OK(tpu_mem_alloc(0, 48 * MIB, NULL, &large)); /* the OOM retry releases big */
+    CHECK_OK(tpu_mem_free(large));
+    CHECK_OK(tpu_mem_free(pin));
+
+    /* An OOM names the cache that split segments pin. */
+    reset(0);
+    CHECK_OK(tpu_mem_alloc(0, 10 * MIB, NULL, &big));
+    CHECK_OK(tpu_mem_free(big));
+    CHECK_OK(tpu_mem_alloc(0, 6 * MIB, NULL, &pin)); /* leaves a cached 4 MiB part */
+    CHECK_STATUS(tpu_mem_alloc(0, 56 * MIB, NULL, &large), TPU_ERR_OUT_OF_MEMORY);
+    CHECK_CONTAINS(tpu_last_error_message(),
+                   "4.00 MiB of the cache lies in segments with live blocks and cannot be released");
+    tpu_clear_error();
+    CHECK_OK(tpu_mem_free(pin));
 
     /* Peak: a smaller request after a larger free counts its own bytes. */
     reset(0);
