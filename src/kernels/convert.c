@@ -89,22 +89,35 @@ bf16_to_f32_512(float *dst, const uint16_t *src, int64_t n) {
         tpu_k_f32x16_store_n(dst + i, tpu_k_bf16x16_load_n(src + i, (int)(n - i)), (int)(n - i));
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
-f32_to_bf16_512(uint16_t *dst, const float *src, int64_t n) {
+/* The 16-lane f32 -> bf16 run; hw: rounded by VCVTNEPS2BF16 (the caller
+ * checked tpu_k_bf16_cvt_ok), a constant in each of the two builds below,
+ * which both carry the AVX512-BF16 target so that it inlines. */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"), always_inline)) static inline void
+f32_to_bf16_16(uint16_t *dst, const float *src, int64_t n, bool hw) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        tpu_k_bf16x16_store(dst + i, _mm512_loadu_ps(src + i));
-    if (i < n)
-        tpu_k_bf16x16_store_n(dst + i, tpu_k_f32x16_load_n(src + i, (int)(n - i)), (int)(n - i));
+    for (; i + 16 <= n; i += 16) {
+        if (hw)
+            tpu_k_bf16x16_store_hw(dst + i, _mm512_loadu_ps(src + i));
+        else
+            tpu_k_bf16x16_store(dst + i, _mm512_loadu_ps(src + i));
+    }
+    if (i < n) {
+        const int k = (int)(n - i);
+        if (hw)
+            tpu_k_bf16x16_store_n_hw(dst + i, tpu_k_f32x16_load_n(src + i, k), k);
+        else
+            tpu_k_bf16x16_store_n(dst + i, tpu_k_f32x16_load_n(src + i, k), k);
+    }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"))) static void
+f32_to_bf16_512(uint16_t *dst, const float *src, int64_t n) {
+    f32_to_bf16_16(dst, src, n, false);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma"))) static void
 f32_to_bf16_hw(uint16_t *dst, const float *src, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        tpu_k_bf16x16_store_hw(dst + i, _mm512_loadu_ps(src + i));
-    if (i < n)
-        tpu_k_bf16x16_store_n_hw(dst + i, tpu_k_f32x16_load_n(src + i, (int)(n - i)), (int)(n - i));
+    f32_to_bf16_16(dst, src, n, true);
 }
 #endif
 

@@ -54,31 +54,32 @@ typedef struct {
     int64_t rs, cs; /* B's strides, in elements */
     int64_t k;
     tpu_dtype dt; /* F32 or BF16 */
+    const uint32_t *apair; /* bf16 with VDPBF16PS: A's pairs (pack_a_pairs), else NULL */
 } gemv_args;
 
 /* ---------------------------------------------------------- AVX-512 */
 
-/* Row-major B: cbuf[i * jn + v] (i < M, v < jn, jn a multiple of 16)
- * gets the chains of columns [j0, j0 + jn), KG k steps per pass (four for
- * up to four rows, two above: the broadcasts stay in registers). */
+/* Row-major B, up to four rows: cbuf[i * jn + v] (i < M, v < jn, jn a
+ * multiple of 16) gets the chains of columns [j0, j0 + jn), four k steps
+ * per pass. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 rows_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn, float *cbuf) {
-    const int KG = M <= 4 ? 4 : 2;
+    enum { KG = 4 };
     const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, K = g->k;
     for (int i = 0; i < M; i++)
         for (int64_t v = 0; v < jn; v += 16)
             _mm512_store_ps(cbuf + i * jn + v, _mm512_setzero_ps());
     int64_t k = 0;
     for (; k + KG <= K; k += KG) {
-        __m512 av[TPU_K_GEMV_MAX_M][4];
-        const char *brow[4];
+        __m512 av[TPU_K_GEMV_MAX_M][KG];
+        const char *brow[KG];
         for (int q = 0; q < KG; q++) {
             for (int i = 0; i < M; i++)
                 av[i][q] = _mm512_set1_ps(g->arow[i][k + q]);
             brow[q] = g->b + ((k + q) * g->rs + j0) * es;
         }
         for (int64_t v = 0; v < jn; v += 16) {
-            __m512 bv[4];
+            __m512 bv[KG];
             for (int q = 0; q < KG; q++)
                 bv[q] = tpu_k_load16_f32(brow[q] + v * es, dt);
             for (int i = 0; i < M; i++) {
@@ -102,10 +103,31 @@ rows_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn, float 
     }
 }
 
+/* Row-major B: columns [v, jn) of the block (a multiple of 16), one
+ * vector at a time, its M chains in registers over all of K. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+single_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t v, int64_t jn,
+           float *cbuf) {
+    const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, bstep = g->rs * es;
+    for (; v < jn; v += 16) {
+        __m512 acc[TPU_K_GEMV_MAX_M];
+        for (int i = 0; i < M; i++)
+            acc[i] = _mm512_setzero_ps();
+        const char *bp = g->b + (j0 + v) * es;
+        for (int64_t k = 0; k < g->k; k++, bp += bstep) {
+            __m512 bv = tpu_k_load16_f32(bp, dt);
+            for (int i = 0; i < M; i++)
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(g->arow[i][k]), bv, acc[i]);
+        }
+        for (int i = 0; i < M; i++)
+            _mm512_store_ps(cbuf + i * jn + v, acc[i]);
+    }
+}
+
 /* Row-major B, the register form: each block of NV vectors of columns
  * keeps its M x NV chains in registers over all of K, reading NV vectors
  * of B's row k per step (a walk down B's columns, which huge pages keep
- * to few TLB entries); a last single vector takes the columns left. No
+ * to few TLB entries); single_512 takes the columns left. No
  * accumulator goes through memory, so the FMA units rather than the
  * load/store ports set the pace. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
@@ -133,19 +155,7 @@ regs_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn, float 
             for (int u = 0; u < NV; u++)
                 _mm512_store_ps(cbuf + i * jn + v + 16 * u, acc[i][u]);
     }
-    for (; v < jn; v += 16) {
-        __m512 acc[TPU_K_GEMV_MAX_M];
-        for (int i = 0; i < M; i++)
-            acc[i] = _mm512_setzero_ps();
-        const char *bp = g->b + (j0 + v) * es;
-        for (int64_t k = 0; k < K; k++, bp += bstep) {
-            __m512 bv = tpu_k_load16_f32(bp, dt);
-            for (int i = 0; i < M; i++)
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(g->arow[i][k]), bv, acc[i]);
-        }
-        for (int i = 0; i < M; i++)
-            _mm512_store_ps(cbuf + i * jn + v, acc[i]);
-    }
+    single_512(g, M, dt, j0, v, jn, cbuf);
 }
 
 /* Column-major B: the same for jn columns in blocks of 16, each block's
@@ -230,12 +240,13 @@ __attribute__((target("avx512f"))) static void block_512(const gemv_args *g, int
  * high accumulators hold columns {0-3, 8-11, 16-19, 24-27} and
  * {4-7, 12-15, 20-23, 28-31}; the stores put them back in order. Blocks
  * of 32 NV columns, NV as large as 16 accumulators allow (a wider walk
- * reads more of each row of B at once), then of 32; a last 16 take the
- * f32 single-vector loop of regs_512, whose chains are the same. */
+ * reads more of each row of B at once), then of 32; a last 16 take
+ * single_512, whose chains are the same. */
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline
     __attribute__((always_inline)) int64_t
-    pair_blocks(const gemv_args *g, const uint32_t *apair, int M, int NV, int64_t j0, int64_t v,
-                int64_t jn, float *cbuf, int64_t t0, int64_t t1) {
+    pair_blocks(const gemv_args *g, int M, int NV, int64_t j0, int64_t v, int64_t jn, float *cbuf,
+                int64_t t0, int64_t t1) {
+    const uint32_t *apair = g->apair;
     const int64_t K = g->k, kfull = K / 2, rstep = g->rs * 2;
     const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
     const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29,
@@ -287,47 +298,25 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static inline
     __attribute__((always_inline)) void
-    pairs_512(const gemv_args *g, const uint32_t *apair, int M, int64_t j0, int64_t jn,
-              float *cbuf) {
+    pairs_512(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn, float *cbuf) {
     const int NV = M >= 5 ? 1 : M >= 3 ? 2 : 8 / M; /* 2 * M * NV <= 16 accumulators */
-    const int64_t K = g->k, rstep = g->rs * 2, steps = (K + 1) / 2;
+    const int64_t steps = (g->k + 1) / 2;
     /* Steps in chunks of TPU_K_GEMV_KPAIRS for every column of the block,
      * so that the chunk's rows of B (256 KB at most) stay in L2 while
      * each column block walks them. */
     int64_t v = 0;
     for (int64_t t0 = 0; t0 < steps; t0 += TPU_K_GEMV_KPAIRS) {
         int64_t t1 = steps - t0 < TPU_K_GEMV_KPAIRS ? steps : t0 + TPU_K_GEMV_KPAIRS;
-        v = pair_blocks(g, apair, M, NV, j0, 0, jn, cbuf, t0, t1);
+        v = pair_blocks(g, M, NV, j0, 0, jn, cbuf, t0, t1);
         if (NV > 1)
-            v = pair_blocks(g, apair, M, 1, j0, v, jn, cbuf, t0, t1);
+            v = pair_blocks(g, M, 1, j0, v, jn, cbuf, t0, t1);
     }
-    for (; v < jn; v += 16) { /* regs_512's single-vector loop, for bf16 */
-        __m512 acc[TPU_K_GEMV_MAX_M];
-        for (int i = 0; i < M; i++)
-            acc[i] = _mm512_setzero_ps();
-        const char *bp = g->b + (j0 + v) * 2;
-        for (int64_t k = 0; k < K; k++, bp += rstep) {
-            __m512 bv = tpu_k_load16_f32(bp, TPU_DTYPE_BF16);
-            for (int i = 0; i < M; i++)
-                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(g->arow[i][k]), bv, acc[i]);
-        }
-        for (int i = 0; i < M; i++)
-            _mm512_store_ps(cbuf + i * jn + v, acc[i]);
-    }
+    single_512(g, M, dt, j0, v, jn, cbuf);
 }
 
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static void
-block_pairs(const gemv_args *g, const uint32_t *apair, int M, int64_t j0, int64_t jn, float *cbuf) {
-    switch (M) {
-    case 1: pairs_512(g, apair, 1, j0, jn, cbuf); break;
-    case 2: pairs_512(g, apair, 2, j0, jn, cbuf); break;
-    case 3: pairs_512(g, apair, 3, j0, jn, cbuf); break;
-    case 4: pairs_512(g, apair, 4, j0, jn, cbuf); break;
-    case 5: pairs_512(g, apair, 5, j0, jn, cbuf); break;
-    case 6: pairs_512(g, apair, 6, j0, jn, cbuf); break;
-    case 7: pairs_512(g, apair, 7, j0, jn, cbuf); break;
-    default: pairs_512(g, apair, 8, j0, jn, cbuf); break;
-    }
+block_pairs(const gemv_args *g, int M, int64_t j0, int64_t jn, float *cbuf) {
+    GEMV_CASES(pairs_512, g, M, TPU_DTYPE_BF16, j0, jn, cbuf)
 }
 
 /* A's pairs for pairs_512: apair[t * M + i] holds row i's k = 2t in the
@@ -352,22 +341,22 @@ static void pack_a_pairs(const gemv_args *g, int M, uint32_t *apair) {
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 rows_avx2(const gemv_args *g, int M, tpu_dtype dt, int64_t j0, int64_t jn,
           float *cbuf) {
-    const int KG = M <= 4 ? 2 : 1; /* 16 ymm registers: up to 8 broadcasts, KG rows of B */
+    enum { KG = 2 }; /* 16 ymm registers: 8 broadcasts, 2 rows of B (up to four rows) */
     const int64_t es = dt == TPU_DTYPE_F32 ? 4 : 2, K = g->k;
     for (int i = 0; i < M; i++)
         for (int64_t v = 0; v < jn; v += 8)
             _mm256_store_ps(cbuf + i * jn + v, _mm256_setzero_ps());
     int64_t k = 0;
     for (; k + KG <= K; k += KG) {
-        __m256 av[TPU_K_GEMV_MAX_M][2];
-        const char *brow[2];
+        __m256 av[TPU_K_GEMV_MAX_M][KG];
+        const char *brow[KG];
         for (int q = 0; q < KG; q++) {
             for (int i = 0; i < M; i++)
                 av[i][q] = _mm256_set1_ps(g->arow[i][k + q]);
             brow[q] = g->b + ((k + q) * g->rs + j0) * es;
         }
         for (int64_t v = 0; v < jn; v += 8) {
-            __m256 bv[2];
+            __m256 bv[KG];
             for (int q = 0; q < KG; q++)
                 bv[q] = tpu_k_load8_f32(brow[q] + v * es, dt);
             for (int i = 0; i < M; i++) {
@@ -520,8 +509,10 @@ bool tpu_k_gemv(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1
     uint32_t *apair = NULL;
     if (rows && wide && dt == TPU_DTYPE_BF16 && tpu_k_gemm_pair_config_get() != NULL) {
         apair = malloc((size_t)M * (size_t)((K + 1) / 2) * sizeof *apair + 1);
-        if (apair != NULL)
+        if (apair != NULL) {
             pack_a_pairs(&g, M, apair);
+            g.apair = apair;
+        }
     }
 
     _Alignas(64) float cbuf[TPU_K_GEMV_CBUF];
@@ -533,7 +524,7 @@ bool tpu_k_gemv(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, int64_t n1
         if (flush)
             _mm_setcsr(saved | TPU_K_MXCSR_FLUSH);
         if (apair != NULL)
-            block_pairs(&g, apair, M, j0, jn, cbuf);
+            block_pairs(&g, M, j0, jn, cbuf);
         else if (wide)
             block_512(&g, M, rows, j0, jn, cbuf);
         else
