@@ -104,7 +104,15 @@ typedef struct {
     int32_t view[TPU_FUSE_MAX_OPERANDS];
     int32_t slot[TPU_FUSE_MAX_OPERANDS];
     int32_t part; /* its part, numbered across the group's clusters */
-    int64_t row_length; /* a reduction: elements per output (tpu_fuse_row_length); else 0 */
+    /* A reduction: elements per output (tpu_fuse_row_length). A row step:
+     * the elements of the rows whose one value per row it computes. Else 0. */
+    int64_t row_length;
+    /* An element-wise record on one value per row of its cluster's
+     * reductions (var + eps between a variance and the division that
+     * reads it back): each operand is a view of the cluster with a
+     * trailing dim of row_length elements, stride 0; on a tile it runs on
+     * the tile's rows, one element each. */
+    bool row_step;
 } tpu_fuse_step;
 
 /* The records of one element count, and how its elements are cut into
@@ -136,6 +144,10 @@ typedef struct {
     int64_t row_length; /* the longest row its reductions reduce: tiles hold whole rows (0: none) */
     int32_t tile_dim;
     int64_t tile_block, tile_elems, n_tiles;
+    /* Elements per chunk when a part runs as flat runs: about 64 KiB of
+     * operands at its largest part's bytes per element, within
+     * TPU_FUSE_CHUNK_MIN .. TPU_FUSE_CHUNK_MAX. */
+    int64_t chunk;
     int64_t n_work; /* n_parts * n_tiles */
 } tpu_fuse_cluster;
 
@@ -186,15 +198,17 @@ int64_t tpu_fuse_row_length(const tpu_op *op);
  * plan's other fields are unspecified. */
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *plan);
 
-/* Elements per chunk when a part runs as flat runs (tile.c): its
- * operands' chunks stay in L1 between its steps. */
-#define TPU_FUSE_CHUNK 512
+/* Bounds of a cluster's chunk (tpu_fuse_cluster.chunk): elements per
+ * chunk when a part runs as flat runs (tile.c), its operands' chunks
+ * staying in L1 between its steps. */
+#define TPU_FUSE_CHUNK_MIN 1024
+#define TPU_FUSE_CHUNK_MAX 4096
 
 /* Runs work items [w0, w1) of cluster c of a planned group on the calling
  * thread (0 <= w0 <= w1 <= n_work): for each, its part's steps in order
  * on its tile. A part whose records all have flat runs (tpu_op_span_of)
  * over flat or one-value views runs each tile chunk by chunk instead, every
- * step on a chunk of TPU_FUSE_CHUNK elements before the next chunk: the
+ * step on a chunk of the cluster's `chunk` elements before the next: the
  * same bytes (each record is the same kernel on the same elements), with
  * the operands in L1 and the memory streams all read together. `scratch`
  * is this thread's TPU_FUSE_MAX_SLOTS tiles of

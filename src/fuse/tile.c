@@ -61,18 +61,32 @@ static void cut(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, const tile_p
     memcpy(t->strides, &view->gstrides[d], (size_t)tp->ndim * sizeof t->strides[0]);
 }
 
-/* A reduction cut to a tile of whole rows: its out was cut as the
- * broadcast view (every dim of the tile); the trailing dims that make up
- * a row become the reduced ones, of size 1 in out. */
-static void cut_rows(tpu_op *op, int64_t row_length) {
+/* A tensor cut to a tile of whole rows as a broadcast view (every dim of
+ * the tile, stride 0 along the row) turned into one element per row: the
+ * trailing dims that make up a row get size 1. Returns those dims as a
+ * mask. */
+static uint32_t one_per_row(tpu_tensor *t, int64_t row_length) {
     uint32_t mask = 0;
     int64_t row = 1;
-    for (int d = op->in[0].ndim - 1; d >= 0 && row < row_length; d--) {
-        row *= op->in[0].sizes[d];
-        op->out.sizes[d] = 1;
+    for (int d = t->ndim - 1; d >= 0 && row < row_length; d--) {
+        row *= t->sizes[d];
+        t->sizes[d] = 1;
         mask |= 1u << d;
     }
-    op->p.reduce.mask = mask;
+    return mask;
+}
+
+/* A step cut to a tile of whole rows: a reduction's out (cut as the
+ * broadcast view) keeps one element per row and its reduced dims are the
+ * row's; every operand of a row step keeps one element per row. */
+static void cut_rows(tpu_op *op, const tpu_fuse_step *s) {
+    if (!s->row_step) {
+        op->p.reduce.mask = one_per_row(&op->out, s->row_length);
+        return;
+    }
+    one_per_row(&op->out, s->row_length);
+    for (int k = 0; k < op->n_in; k++)
+        one_per_row(&op->in[k], s->row_length);
 }
 
 /* Whether the steps order[begin .. end) run as flat runs: each record has
@@ -97,14 +111,14 @@ static bool part_spans(const tpu_fuse_plan *p, int32_t begin, int32_t end, tpu_o
     return true;
 }
 
-/* Runs tile t of a part as flat runs, TPU_FUSE_CHUNK elements at a time. */
+/* Runs tile t of a part as flat runs, the cluster's chunk of elements at a time. */
 static void run_spans(const tpu_fuse_plan *p, const tpu_fuse_cluster *cl, int32_t begin,
                       int32_t end, const tpu_op_span *spans, int64_t t, char *scratch) {
     tile_pos tp;
     locate(cl, t, &tp);
     const int64_t first = tp.first, len = tp.numel;
-    for (int64_t c0 = 0; c0 < len; c0 += TPU_FUSE_CHUNK) {
-        const int64_t n = len - c0 < TPU_FUSE_CHUNK ? len - c0 : TPU_FUSE_CHUNK;
+    for (int64_t c0 = 0; c0 < len; c0 += cl->chunk) {
+        const int64_t n = len - c0 < cl->chunk ? len - c0 : cl->chunk;
         const int64_t at = first + c0; /* the chunk's flat index */
         for (int32_t j = begin; j < end; j++) {
             const tpu_fuse_step *s = &p->steps[p->order[j]];
@@ -179,7 +193,7 @@ tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *p, int c, void *scratch, int6
                     cut(p, cl, &tp, s->view[k], s->slot[k], scratch,
                         k == 0 ? &op->out : &op->in[k - 1]);
                 if (s->row_length > 0)
-                    cut_rows(op, s->row_length);
+                    cut_rows(op, s);
                 tpu_status st = tpu_op_run(op, 0, 1);
                 if (st != TPU_OK && i < first_step) {
                     first = st;

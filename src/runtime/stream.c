@@ -325,14 +325,19 @@ static void entry_unpack(const ring_head *h, entry *e) {
  * such entries at the head until it ends (an entry without `hold` is
  * queued behind it), reaches HOLD_MAX_ENTRIES, a host thread waits for one
  * of them (flush_seq: every wait goes through tpu_stream_wait_seq), a
- * submitter waits for room in the ring, or HOLD_NS have passed since the
- * run started (so that nothing is held for long behind a host that does
- * other things). Then the planner (src/fuse) cuts the run into groups and
+ * submitter waits for room in the ring, no entry has joined it for
+ * HOLD_GAP_NS (the host is doing other things), or HOLD_MAX_NS have
+ * passed since the run started. The gap rather than a fixed time keeps
+ * one group for a host that issues a long run in bursts: a foreach
+ * optimizer step's Python takes several milliseconds between its first
+ * record and its last, and a run cut in the middle writes and reads back
+ * every tensor the two halves share. Then the planner (src/fuse) cuts the run into groups and
  * the target runs each group as one pass over memory; a record that joins
  * no group runs as in strict mode. Deferred work is bounded by the ring,
  * as in strict mode. */
 #define HOLD_MAX_ENTRIES 2048
-#define HOLD_NS 2000000
+#define HOLD_GAP_NS 2000000
+#define HOLD_MAX_NS 20000000
 
 struct fuse_state {
     tpu_op ops[HOLD_MAX_ENTRIES];
@@ -561,14 +566,23 @@ static struct timespec deadline_after(uint64_t start_ns, uint64_t ns) {
  * the run is due, runs it unlocked, then completes it. */
 static void run_held_locked(tpu_stream *s) {
     uint64_t start = tpu_rt_now_ns(), first = head_entry_locked(s)->seq;
+    uint64_t joined = start; /* when the run last grew */
+    int seen = 0;
     held_run r;
     for (;;) {
         scan_held_locked(s, &r);
+        const uint64_t now = tpu_rt_now_ns();
+        if (r.n != seen) {
+            seen = r.n;
+            joined = now;
+        }
         atomic_store(&s->holding, true); /* before reading flush_seq: see request_flush */
         if (r.ended || r.n >= HOLD_MAX_ENTRIES || s->space_waiters > 0 ||
-            atomic_load(&s->flush_seq) >= first || tpu_rt_now_ns() - start >= HOLD_NS)
+            atomic_load(&s->flush_seq) >= first || now - joined >= HOLD_GAP_NS ||
+            now - start >= HOLD_MAX_NS)
             break;
-        struct timespec until = deadline_after(start, HOLD_NS);
+        const uint64_t gap_end = joined + HOLD_GAP_NS, max_end = start + HOLD_MAX_NS;
+        struct timespec until = deadline_after(gap_end < max_end ? gap_end : max_end, 0);
         s->worker_sleeping = true;
         pthread_cond_timedwait(&s->work_cv, &s->lock, &until);
         s->worker_sleeping = false;

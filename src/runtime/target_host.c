@@ -9,6 +9,7 @@
  * configured memory limit as its capacity. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, madvise */
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -43,6 +44,14 @@ static tpu_status host_chip_props(const tpu_config *cfg, int chip, tpu_chip_prop
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
+/* Linux's MADV_POPULATE_WRITE (5.14), which older C libraries' headers
+ * lack: its value is the kernel's ABI. */
+#ifdef MADV_POPULATE_WRITE
+#define TPU_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define TPU_MADV_POPULATE_WRITE 23
+#endif
+
 /* nbytes (at least HUGE_PAGE) of a fresh mapping aligned to HUGE_PAGE,
  * advised to use huge pages (a hint the kernel may ignore); NULL if the
  * host has no memory. The unaligned head and tail are unmapped. */
@@ -64,6 +73,22 @@ static void *map_huge(size_t nbytes) {
 #ifdef MADV_HUGEPAGE
     madvise(p, len, MADV_HUGEPAGE);
 #endif
+    /* Device memory is memory the moment it is reserved, as cudaMalloc's
+     * is: the pages are made now, not on a kernel's first write. So a
+     * kernel never pays for a page fault (in a VM the first touch of a
+     * page can cost far more than the write), a block the planner never
+     * writes costs nothing later, and a host that cannot back the segment
+     * fails here with an error. Only a segment that fits in the host's
+     * free memory is made now: making more would wake the host's OOM
+     * killer rather than fail. Kernels before 5.14 lack the advice
+     * (EINVAL); pages of those, and of larger segments, come on first
+     * touch. */
+    const long free_pages = sysconf(_SC_AVPHYS_PAGES);
+    if (free_pages > 0 && len / page < (size_t)free_pages &&
+        madvise(p, len, TPU_MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+        munmap(p, len);
+        return NULL;
+    }
     return p;
 }
 

@@ -225,16 +225,17 @@ static void test_group_boundaries(void) {
 static void test_parts(void) {
     enum { K = 5, N = 3000 };
     const int64_t nb = N * 4;
-    float *P[K], *T[K], *Pr[K], *g = malloc(nb);
-    tpu_tensor tp[K], tt[K], G = vec(g, N, TPU_DTYPE_F32);
-    for (int64_t j = 0; j < N; j++)
-        g[j] = (float)(j % 17) / 7.0f;
+    float *P[K], *T[K], *Pr[K], *g[K];
+    tpu_tensor tp[K], tt[K], tg[K];
     for (int k = 0; k < K; k++) {
-        P[k] = malloc(nb), T[k] = malloc(nb), Pr[k] = malloc(nb);
-        for (int64_t j = 0; j < N; j++)
+        P[k] = malloc(nb), T[k] = malloc(nb), Pr[k] = malloc(nb), g[k] = malloc(nb);
+        for (int64_t j = 0; j < N; j++) {
             P[k][j] = Pr[k][j] = (float)((j * (k + 3)) % 101) / 13.0f;
+            g[k][j] = (float)((j + k) % 17) / 7.0f;
+        }
         tp[k] = vec(P[k], N, TPU_DTYPE_F32);
         tt[k] = vec(T[k], N, TPU_DTYPE_F32);
+        tg[k] = vec(g[k], N, TPU_DTYPE_F32);
     }
     tpu_op ops[3 * K];
     tpu_fuse_entry e[4 * K];
@@ -242,7 +243,7 @@ static void test_parts(void) {
     for (int k = 0; k < K; k++)
         ops[k] = binary_scalar(TPU_BINARY_MUL, tp[k], tp[k], 0.9);
     for (int k = 0; k < K; k++)
-        ops[K + k] = binary(TPU_BINARY_ADD, tt[k], tp[k], G);
+        ops[K + k] = binary(TPU_BINARY_ADD, tt[k], tp[k], tg[k]);
     for (int k = 0; k < K; k++)
         ops[2 * K + k] = binary(TPU_BINARY_MUL, tp[k], tt[k], tt[k]);
     for (int i = 0; i < 3 * K; i++)
@@ -272,12 +273,22 @@ static void test_parts(void) {
     for (int k = 0; k < K; k++)
         CHECK(memcmp(P[k], Pr[k], nb) == 0);
     /* One more record that writes T[0] from P[1]... joins parts 0 and 1. */
-    tpu_op join = binary(TPU_BINARY_ADD, tt[0], tp[1], G);
+    tpu_op join = binary(TPU_BINARY_ADD, tt[0], tp[1], tg[2]);
     tpu_fuse_entry e2[] = {rec(&ops[0]), rec(&ops[1]), rec(&ops[2]), rec(&join), rec(&ops[K])};
     CHECK(tpu_fuse_plan_group(e2, 5, &g_plan) == 5 && g_plan.clusters[0].n_parts == 2);
-    free(scratch), free(g);
+    /* A tensor only read, element by element, by records of two tensors
+     * (one gradient for both) joins their parts: its tiles are read once.
+     * One value read by both (a scalar broadcast) does not. */
+    tpu_tensor one = tg[0];
+    one.strides[0] = 0;
+    tpu_op shared[] = {binary(TPU_BINARY_ADD, tp[0], tp[0], tg[4]), binary(TPU_BINARY_ADD, tp[1], tp[1], tg[4]),
+                       binary(TPU_BINARY_ADD, tp[2], tp[2], one), binary(TPU_BINARY_ADD, tp[3], tp[3], one)};
+    tpu_fuse_entry e3[] = {rec(&shared[0]), rec(&shared[1])}, e4[] = {rec(&shared[2]), rec(&shared[3])};
+    CHECK(tpu_fuse_plan_group(e3, 2, &g_plan) == 2 && g_plan.clusters[0].n_parts == 1);
+    CHECK(tpu_fuse_plan_group(e4, 2, &g_plan) == 2 && g_plan.clusters[0].n_parts == 2);
+    free(scratch);
     for (int k = 0; k < K; k++)
-        free(P[k]), free(T[k]), free(Pr[k]);
+        free(P[k]), free(T[k]), free(Pr[k]), free(g[k]);
 }
 
 static tpu_op reduce(int fn, tpu_tensor out, tpu_tensor in, uint32_t mask) {
@@ -344,16 +355,22 @@ static void test_row_reductions(void) {
     for (int i = 0; i < 7; i++)
         CHECK(tpu_fuse_fusable(&f.ops[i]));
     CHECK(tpu_fuse_row_length(&f.ops[0]) == LN_D && tpu_fuse_row_length(&f.ops[1]) == 0);
-    /* dd dies after the second mean. y = d / s reads s, which a later
-     * cluster (the [R] records) writes: the group ends before it. */
+    /* dd dies after the second mean. var + eps and its square root are
+     * row steps (one value per row, reading the mean's out), so y = d / s
+     * reads s in the same cluster: one group, one cluster. */
     tpu_fuse_entry e[] = {rec(&f.ops[0]), rec(&f.ops[1]), rec(&f.ops[2]), rec(&f.ops[3]),
                           freed(f.dd, LN_R * LN_D * 4), rec(&f.ops[4]), rec(&f.ops[5]),
                           rec(&f.ops[6])};
-    CHECK(tpu_fuse_plan_group(e, 8, &g_plan) == 7);
-    CHECK(g_plan.n_steps == 6 && g_plan.n_clusters == 2);
+    CHECK(tpu_fuse_plan_group(e, 8, &g_plan) == 8);
+    CHECK(g_plan.n_steps == 7 && g_plan.n_clusters == 1);
     const tpu_fuse_cluster *rows = &g_plan.clusters[0];
-    CHECK(rows->numel == LN_R * LN_D && rows->n_steps == 4 && rows->row_length == LN_D);
-    CHECK(g_plan.clusters[1].numel == LN_R && g_plan.clusters[1].n_steps == 2);
+    CHECK(rows->numel == LN_R * LN_D && rows->n_steps == 7 && rows->row_length == LN_D);
+    CHECK(!g_plan.steps[3].row_step && g_plan.steps[4].row_step && g_plan.steps[5].row_step);
+    CHECK(g_plan.steps[4].row_length == LN_D && !g_plan.steps[6].row_step);
+    /* Each reads what the one before wrote, as the same view. */
+    CHECK(g_plan.steps[4].view[1] == g_plan.steps[3].view[0]);
+    CHECK(g_plan.steps[5].view[1] == g_plan.steps[4].view[0]);
+    CHECK(g_plan.steps[6].view[2] == g_plan.steps[5].view[0]);
     /* Tiles of whole rows, more than one. */
     CHECK(rows->tile_elems % LN_D == 0 && rows->n_tiles > 1);
     /* d * d lives in scratch; the means' outs (read broadcast) never do. */
@@ -364,9 +381,9 @@ static void test_row_reductions(void) {
     void *scratch = aligned_alloc(64, (size_t)TPU_FUSE_SCRATCH_BYTES);
     int failed = -1;
     CHECK_OK(run_all_out_of_order(&g_plan, scratch, &failed));
-    CHECK_OK(tpu_op_run(&f.ops[6], 0, 1));
     const int64_t nb = LN_R * LN_D * 4, rb = LN_R * 4;
     CHECK(memcmp(f.mu, r.mu, rb) == 0 && memcmp(f.var, r.var, rb) == 0);
+    CHECK(memcmp(f.ve, r.ve, rb) == 0);
     CHECK(memcmp(f.s, r.s, rb) == 0 && memcmp(f.d, r.d, nb) == 0 && memcmp(f.y, r.y, nb) == 0);
 
     /* One row that is the whole cluster: one tile. */
