@@ -17,13 +17,14 @@
  * depend on the thread count.
  *
  * Fast path (f32 rows stored contiguously, 1-d weight and bias contiguous
- * or absent): the same formulas with typed loads instead of the generic
- * per-element conversion, and each row sum split over 4 f64 accumulators
- * (added in a fixed order), which the reference adds in one: results
- * differ from it only in the last bits of an f64 sum. */
+ * or absent): the same formulas on vectors of f32 loads (norm_rows.c, the
+ * same bits at every instruction-set level), each row sum split over 16
+ * f64 lanes added in a fixed order, which the reference adds in one:
+ * results differ from it only in the last bits of an f64 sum. */
 #include <math.h>
 
 #include "kernels_internal.h"
+#include "norm_rows.h"
 #include "strided.h"
 
 /* Element (i, j) of a 2-d tensor, and element i of a 1-d one, as f64;
@@ -125,76 +126,18 @@ static const float *vec_f32(const tpu_tensor *t) {
 }
 
 static void forward_row_fast(const tpu_op *op, int64_t r) {
-    const int64_t n = op->in[0].sizes[1];
-    const float *x = row_f32(&op->in[0], r), *w = vec_f32(&op->in[1]), *b = vec_f32(&op->in[2]);
-    float *y = (float *)row_f32(&op->out, r);
-    double s[4] = {0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4)
-        for (int k = 0; k < 4; k++)
-            s[k] += (double)x[j + k];
-    for (; j < n; j++)
-        s[0] += (double)x[j];
-    double mean = n > 0 ? ((s[0] + s[1]) + (s[2] + s[3])) / (double)n : 0.0;
-    double q[4] = {0, 0, 0, 0};
-    for (j = 0; j + 4 <= n; j += 4)
-        for (int k = 0; k < 4; k++) {
-            double d = (double)x[j + k] - mean;
-            q[k] += d * d;
-        }
-    for (; j < n; j++) {
-        double d = (double)x[j] - mean;
-        q[0] += d * d;
-    }
-    double var = n > 0 ? ((q[0] + q[1]) + (q[2] + q[3])) / (double)n : 0.0;
-    double rstd = 1.0 / sqrt(var + op->p.norm.eps);
-    for (j = 0; j < n; j++)
-        y[j] = (float)(((double)x[j] - mean) * rstd * (w ? (double)w[j] : 1.0) +
-                       (b ? (double)b[j] : 0.0));
+    double mean, rstd;
+    tpu_k_norm_forward_row_f32((float *)row_f32(&op->out, r), row_f32(&op->in[0], r), vec_f32(&op->in[1]),
+                               vec_f32(&op->in[2]), op->in[0].sizes[1], op->p.norm.eps, &mean, &rstd);
     put1(&op->aux[0], r, mean);
     put1(&op->aux[1], r, rstd);
 }
 
 static void backward_row_fast(const tpu_op *op, int64_t r, double *partial) {
-    const int64_t n = op->in[1].sizes[1];
-    const float *g = row_f32(&op->in[0], r), *x = row_f32(&op->in[1], r), *w = vec_f32(&op->in[4]);
-    const double mean = at1(&op->in[2], r, 0.0), rstd = at1(&op->in[3], r, 0.0);
-    double s1 = 0.0, s2 = 0.0;
-    if (partial) {
-        for (int64_t j = 0; j < n; j++) {
-            double gj = (double)g[j], xhat = ((double)x[j] - mean) * rstd;
-            double gw = gj * (w ? (double)w[j] : 1.0);
-            s1 += gw;
-            s2 += gw * xhat;
-            partial[j] += gj * xhat;
-            partial[n + j] += gj;
-        }
-    } else {
-        double a1[4] = {0, 0, 0, 0}, a2[4] = {0, 0, 0, 0};
-        int64_t j = 0;
-        for (; j + 4 <= n; j += 4)
-            for (int k = 0; k < 4; k++) {
-                double gw = (double)g[j + k] * (w ? (double)w[j + k] : 1.0);
-                a1[k] += gw;
-                a2[k] += gw * (((double)x[j + k] - mean) * rstd);
-            }
-        for (; j < n; j++) {
-            double gw = (double)g[j] * (w ? (double)w[j] : 1.0);
-            a1[0] += gw;
-            a2[0] += gw * (((double)x[j] - mean) * rstd);
-        }
-        s1 = (a1[0] + a1[1]) + (a1[2] + a1[3]);
-        s2 = (a2[0] + a2[1]) + (a2[2] + a2[3]);
-    }
-    if (tpu_tensor_is_absent(&op->out))
-        return;
-    float *dx = (float *)row_f32(&op->out, r);
-    const double inv_n = n > 0 ? 1.0 / (double)n : 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        double xhat = ((double)x[j] - mean) * rstd;
-        double gw = (double)g[j] * (w ? (double)w[j] : 1.0);
-        dx[j] = (float)(rstd * (gw - s1 * inv_n - xhat * s2 * inv_n));
-    }
+    float *dx = tpu_tensor_is_absent(&op->out) ? NULL : (float *)row_f32(&op->out, r);
+    tpu_k_norm_backward_row_f32(dx, row_f32(&op->in[0], r), row_f32(&op->in[1], r), vec_f32(&op->in[4]),
+                                op->in[1].sizes[1], at1(&op->in[2], r, 0.0), at1(&op->in[3], r, 0.0),
+                                partial);
 }
 
 /* The row functions the record runs with: the fast ones where they apply

@@ -5,11 +5,13 @@
  * (forward) or its dot product (backward) first, then its sum in f64, then
  * the outputs, each rounded once to out's dtype. So results do not depend
  * on the thread count. The reference evaluates exp and log in f64; the
- * fast path (contiguous f32 rows) uses vecmath.h's exp and f32 scaling,
- * within a few ulps of it, and sums in 8 f64 lanes.
+ * fast path (contiguous f32 rows, forward and backward) uses vecmath.h's
+ * exp and, forward, f32 scaling, within a few ulps of it, and sums in 16
+ * f64 lanes (the same bits in its AVX2 and AVX-512 builds).
  *
  * Work split: contiguous ranges of the row index. */
 #include <math.h>
+#include <string.h>
 
 #include "ew.h"
 #include "kernels_internal.h"
@@ -118,63 +120,22 @@ tpu_status tpu_k_softmax_ref(const tpu_op *op, int ith, int nth) {
 
 /* --------------------------------------------------------- fast path */
 
-/* Lanes of the fast row loops: independent max and sum accumulators,
- * combined in lane order at the end, so a row's result is fixed by the
- * row alone (one share computes it) and the loops do not wait on one
- * accumulator. */
-enum { LANES = 8 };
+#if TPU_K_X86
+/* Lanes of the max: independent running maxima, combined in lane order
+ * at the end (a max is exact, so only NaN, handled apart, could tell an
+ * order), so the loop does not wait on one accumulator. */
+enum { MAX_LANES = 8 };
 
 /* The max of x[0..n), and whether some element is NaN. */
-static float row_max_plain(const float *x, int64_t n, bool *nan) {
-    float m[LANES];
-    bool bad = false;
-    for (int k = 0; k < LANES; k++)
-        m[k] = -INFINITY;
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++) {
-            float v = x[i + k];
-            m[k] = v > m[k] ? v : m[k];
-            bad = bad || v != v;
-        }
-    for (; i < n; i++) {
-        m[0] = x[i] > m[0] ? x[i] : m[0];
-        bad = bad || x[i] != x[i];
-    }
-    float mx = m[0];
-    for (int k = 1; k < LANES; k++)
-        mx = m[k] > mx ? m[k] : mx;
-    *nan = bad;
-    return mx;
-}
-
-/* The sum of t[0..n) in f64 lanes: lane k adds the elements i == k mod
- * LANES (the tail into lane 0), then the lanes are added in order. */
-static double row_sum_plain(const float *t, int64_t n) {
-    double acc[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++)
-            acc[k] += t[i + k];
-    for (; i < n; i++)
-        acc[0] += t[i];
-    double sum = 0.0;
-    for (int k = 0; k < LANES; k++)
-        sum += acc[k];
-    return sum;
-}
-
-#if TPU_K_X86
-/* The same two loops in AVX2, lane for lane (so the same bits). */
-__attribute__((target("avx2,fma"))) static float row_max_avx2(const float *x, int64_t n, bool *nan) {
+__attribute__((target("avx2,fma"))) static float row_max_f32(const float *x, int64_t n, bool *nan) {
     __m256 m = _mm256_set1_ps(-INFINITY), bad = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
+    for (; i + MAX_LANES <= n; i += MAX_LANES) {
         __m256 v = _mm256_loadu_ps(x + i);
         m = _mm256_blendv_ps(m, v, _mm256_cmp_ps(v, m, _CMP_GT_OQ));
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     }
-    float lanes[LANES];
+    float lanes[MAX_LANES];
     _mm256_storeu_ps(lanes, m);
     bool any = _mm256_movemask_ps(bad) != 0;
     for (; i < n; i++) {
@@ -182,50 +143,84 @@ __attribute__((target("avx2,fma"))) static float row_max_avx2(const float *x, in
         any = any || x[i] != x[i];
     }
     float mx = lanes[0];
-    for (int k = 1; k < LANES; k++)
+    for (int k = 1; k < MAX_LANES; k++)
         mx = lanes[k] > mx ? lanes[k] : mx;
     *nan = any;
     return mx;
 }
 
-__attribute__((target("avx2,fma"))) static double row_sum_avx2(const float *t, int64_t n) {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+/* The fast row's element loops, written once with GCC's vector
+ * extensions and built for AVX2 and for AVX-512 (the body inlined into
+ * two wrappers with different target attributes): each operator is one
+ * IEEE operation per lane and -std=c11 contracts nothing into an fma, so
+ * both builds give the same bits. 32-byte vectors: one register in both
+ * builds (GCC's AVX2 lowering of wider ones goes through the stack). */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v8f __attribute__((vector_size(32)));
+typedef double v4d __attribute__((vector_size(32)));
+#define ROW_INLINE __attribute__((always_inline)) static inline
+
+ROW_INLINE v8f load8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+ROW_INLINE v4d load4_f64(const float *p) {
+    /* Lane by lane: GCC turns this into one vcvtps2pd, where it lowers
+     * __builtin_convertvector of 4 floats as two halves. */
+    return (v4d){p[0], p[1], p[2], p[3]};
+}
+
+ROW_INLINE v8f splat8(float v) {
+    return (v8f){v, v, v, v, v, v, v, v};
+}
+
+enum { SUM_LANES = 16 };
+
+/* Row sums in 16 f64 lanes: lane k adds the elements i == k (mod 16) in
+ * order (four vectors of 4; a tail, only at the row's end, scalar), then
+ * the lanes are added as a fixed tree. Each lane starts at +0.0, so none
+ * ever holds -0.0. Several lanes so that the adds do not wait on one
+ * another. */
+typedef struct {
+    v4d q[4];
+    double tail[SUM_LANES];
+    int64_t n_tail;
+} row_lanes;
+
+ROW_INLINE void lanes_init(row_lanes *l) {
+    for (int q = 0; q < 4; q++)
+        l->q[q] = (v4d){0, 0, 0, 0};
+    l->n_tail = 0;
+}
+
+/* Adds t[0..n) as the row's next elements; n is a multiple of 16 except
+ * at the row's end. */
+ROW_INLINE void lanes_add(row_lanes *l, const float *t, int64_t n) {
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(t + i)));
-        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(t + i + 4)));
-    }
-    double acc[LANES];
-    _mm256_storeu_pd(acc, lo);
-    _mm256_storeu_pd(acc + 4, hi);
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int q = 0; q < 4; q++)
+            l->q[q] += load4_f64(t + i + 4 * q);
     for (; i < n; i++)
-        acc[0] += t[i];
-    double sum = 0.0;
-    for (int k = 0; k < LANES; k++)
-        sum += acc[k];
-    return sum;
-}
-#endif
-
-static float row_max_f32(const float *x, int64_t n, bool *nan) {
-#if TPU_K_X86
-    if (tpu_k_cpu_has_avx2_fma())
-        return row_max_avx2(x, n, nan);
-#endif
-    return row_max_plain(x, n, nan);
+        l->tail[l->n_tail++] = (double)t[i];
 }
 
-static double row_sum(const float *t, int64_t n) {
-#if TPU_K_X86
-    if (tpu_k_cpu_has_avx2_fma())
-        return row_sum_avx2(t, n);
-#endif
-    return row_sum_plain(t, n);
+ROW_INLINE double lanes_total(const row_lanes *l) {
+    double acc[SUM_LANES];
+    memcpy(acc, l->q, sizeof acc);
+    for (int64_t k = 0; k < l->n_tail; k++)
+        acc[k] += l->tail[k];
+    for (int w = SUM_LANES / 2; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++)
+            acc[k] += acc[k + w];
+    return acc[0];
 }
 
-/* A contiguous f32 forward row: max, then exp(x - max) into out with its
- * f64 sum, then the scaling (or, for log_softmax, x - max - log sum). */
-static void row_fast_f32(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
+/* A contiguous f32 forward row: max, then exp(x - max) into out (chunk
+ * by chunk) with its f64 sum, then the scaling (or, for log_softmax,
+ * x - max - log sum). */
+ROW_INLINE void row_fast_body(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
     float *o = (float *)po;
     const float *x = (const float *)px;
     const int64_t n = r->len;
@@ -235,35 +230,121 @@ static void row_fast_f32(const tpu_op *op, const rows *r, char *po, const char *
         row_ref(op, r, po, px, py);
         return;
     }
-    double sum = 0.0;
+    const v8f vmx = splat8(mx);
+    row_lanes lanes;
+    lanes_init(&lanes);
     float t[TPU_K_EW_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += TPU_K_EW_CHUNK) {
-        int64_t len = n - i0 < TPU_K_EW_CHUNK ? n - i0 : TPU_K_EW_CHUNK;
+        const int64_t len = n - i0 < TPU_K_EW_CHUNK ? n - i0 : TPU_K_EW_CHUNK;
         float *dst = op->fn == TPU_SOFTMAX_LOG ? t : o + i0;
-        for (int64_t i = 0; i < len; i++)
+        int64_t i = 0;
+        for (; i + 8 <= len; i += 8) {
+            const v8f d = load8(x + i0 + i) - vmx;
+            memcpy(dst + i, &d, sizeof d);
+        }
+        for (; i < len; i++)
             dst[i] = x[i0 + i] - mx;
         tpu_vm_f32(TPU_VM_EXP, dst, dst, len);
-        sum += row_sum(dst, len);
+        lanes_add(&lanes, dst, len);
     }
+    const double sum = lanes_total(&lanes);
+    int64_t i = 0;
     if (op->fn == TPU_SOFTMAX_LOG) {
         const float lse = (float)log(sum);
-        for (int64_t i = 0; i < n; i++)
+        const v8f vlse = splat8(lse);
+        for (; i + 8 <= n; i += 8) {
+            const v8f v = (load8(x + i) - vmx) - vlse;
+            memcpy(o + i, &v, sizeof v);
+        }
+        for (; i < n; i++)
             o[i] = (x[i] - mx) - lse;
     } else {
         const float inv = (float)(1.0 / sum);
-        for (int64_t i = 0; i < n; i++)
+        const v8f vinv = splat8(inv);
+        for (; i + 8 <= n; i += 8) {
+            const v8f v = load8(o + i) * vinv;
+            memcpy(o + i, &v, sizeof v);
+        }
+        for (; i < n; i++)
             o[i] = o[i] * inv;
     }
 }
 
-/* Fast path: forward softmax/log_softmax of f32 with contiguous rows in
- * and out, on CPUs with vector units. The rest goes to the reference. */
+/* A contiguous f32 backward row, g (px) and the forward's output y (py):
+ * the f64 sum of the reference (sum g y, or for log_softmax sum g) in 16
+ * lanes, then each output from it in f64 as the reference computes it,
+ * rounded once; log_softmax's exp(y) is vecmath's f32 exp, within its 2
+ * ulps of the reference's f64 one. */
+ROW_INLINE void row_back_body(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
+    float *o = (float *)po;
+    const float *g = (const float *)px, *y = (const float *)py;
+    const int64_t n = r->len;
+    const bool log_form = op->fn == TPU_SOFTMAX_LOG_BACKWARD;
+    row_lanes lanes;
+    lanes_init(&lanes);
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int q = 0; q < 4; q++)
+            lanes.q[q] += log_form ? load4_f64(g + i + 4 * q)
+                                   : load4_f64(g + i + 4 * q) * load4_f64(y + i + 4 * q);
+    for (; i < n; i++)
+        lanes.tail[lanes.n_tail++] = log_form ? (double)g[i] : (double)g[i] * (double)y[i];
+    const double acc = lanes_total(&lanes);
+    const v4d vacc = {acc, acc, acc, acc};
+    float t[TPU_K_EW_CHUNK];
+    for (int64_t i0 = 0; i0 < n; i0 += TPU_K_EW_CHUNK) {
+        const int64_t len = n - i0 < TPU_K_EW_CHUNK ? n - i0 : TPU_K_EW_CHUNK;
+        const float *gc = g + i0, *yc = y + i0;
+        float *oc = o + i0;
+        if (log_form)
+            tpu_vm_f32(TPU_VM_EXP, t, yc, len); /* before the stores: o may be g or y */
+        int64_t j = 0;
+        for (; j + 4 <= len; j += 4) {
+            const v4d v = log_form ? load4_f64(gc + j) - load4_f64(t + j) * vacc
+                                   : load4_f64(yc + j) * (load4_f64(gc + j) - vacc);
+            for (int k = 0; k < 4; k++)
+                oc[j + k] = (float)v[k];
+        }
+        for (; j < len; j++)
+            oc[j] = (float)(log_form ? (double)gc[j] - (double)t[j] * acc
+                                     : (double)yc[j] * ((double)gc[j] - acc));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void row_fast_avx2(const tpu_op *op, const rows *r, char *po,
+                                                              const char *px, const char *py) {
+    if (is_backward(op))
+        row_back_body(op, r, po, px, py);
+    else
+        row_fast_body(op, r, po, px, py);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
+row_fast_512(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
+    if (is_backward(op))
+        row_back_body(op, r, po, px, py);
+    else
+        row_fast_body(op, r, po, px, py);
+}
+#endif /* TPU_K_X86 */
+
+/* Fast path: f32 rows contiguous in out and every input (forward,
+ * log_softmax and their backwards), on CPUs with vector units. The rest
+ * goes to the reference. */
 tpu_status tpu_k_softmax_fast(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *x = &op->in[0];
-    int32_t d = op->p.softmax.dim;
-    if (is_backward(op) || o->dtype != TPU_DTYPE_F32 || x->dtype != TPU_DTYPE_F32 ||
-        o->strides[d] != 1 || x->strides[d] != 1 || !tpu_k_is_aligned(o) || !tpu_k_is_aligned(x) ||
-        tpu_kernels_get_isa() < TPU_ISA_AVX2)
+    const tpu_tensor *o = &op->out;
+    const int32_t d = op->p.softmax.dim;
+    bool ok = o->dtype == TPU_DTYPE_F32 && o->strides[d] == 1 && tpu_k_is_aligned(o) &&
+              tpu_k_cpu_has_avx2_fma();
+    for (int k = 0; k < op->n_in; k++) {
+        const tpu_tensor *x = &op->in[k];
+        ok = ok && x->dtype == TPU_DTYPE_F32 && x->strides[d] == 1 && tpu_k_is_aligned(x);
+    }
+    if (!ok)
         return tpu_k_softmax_ref(op, ith, nth);
-    return for_rows(op, ith, nth, row_fast_f32);
+#if TPU_K_X86
+    return for_rows(op, ith, nth, tpu_k_cpu_has_avx512() ? row_fast_512 : row_fast_avx2);
+#else
+    return tpu_k_softmax_ref(op, ith, nth);
+#endif
 }

@@ -14,7 +14,8 @@
  * parameters of x's dtype, and f16/bf16 x with f32 parameters (mixed
  * precision). Shapes: one element, one row, one column, no rows, empty
  * rows, 100 x 37, 300 rows (10 blocks of the two-phase backward) and 2100
- * rows (blocks of more than 32 rows). Layouts of x, g and out: row-major,
+ * rows (blocks of more than 32 rows), 3 x 1029 (the fast rows' 16 lanes
+ * and their tails). Layouts of x, g and out: row-major,
  * transposed, with gaps, negative strides; of the 1-d tensors likewise.
  *
  * Tolerances: the kernel computes in f64 and rounds once on store, so
@@ -314,7 +315,7 @@ static void run_backward(const ncase *c) {
 
 static const struct {
     int64_t m, n;
-} k_shapes[] = {{1, 1}, {1, 37}, {5, 1}, {0, 7}, {4, 0}, {100, 37}, {300, 17}, {2100, 3}};
+} k_shapes[] = {{1, 1}, {1, 37}, {5, 1}, {0, 7}, {4, 0}, {100, 37}, {300, 17}, {2100, 3}, {3, 1029}};
 
 static const struct {
     tpu_dtype x, p;

@@ -1,0 +1,248 @@
+/* NORM's fast rows: the f64 arithmetic of one contiguous f32 row of
+ * layer_norm and its backward, written once with GCC's vector extensions
+ * and compiled for the portable baseline, AVX2 and AVX-512 (the same body
+ * inlined into three wrappers with different target attributes).
+ *
+ * Why the three give the same bits: every element goes through the same
+ * f64 operations in the same order (the vector extensions lower each
+ * operator to one IEEE operation per lane; -std=c11 turns FMA contraction
+ * off), and every row sum is kept in NORM_LANES f64 lanes, lane k adding
+ * the elements j == k (mod NORM_LANES) in order, the tail scalar, then the
+ * lanes added as one fixed tree (lanes_total). A lane starts at +0.0 and
+ * so never holds -0.0: no reordering of zeros can differ either.
+ *
+ * Several lanes, not one accumulator: each f64 add waits for the one
+ * before it on the same lane, so one accumulator costs a full add latency
+ * per element; 16 lanes in independent vectors keep the cores' adders
+ * busy and make a row pass a few cycles per 16 elements. */
+#include <string.h>
+
+#include "kernels_internal.h"
+#include "norm_rows.h"
+
+/* Vectors of 4 f64 lanes (32 bytes): one register in the AVX2 and
+ * AVX-512 builds (wider generic vectors go through the stack in GCC's
+ * AVX2 lowering), two in the baseline. The helpers below pass them by
+ * value; they are always inlined, so the baseline build's calling
+ * convention for them (which GCC warns differs from AVX's) is never
+ * used. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+#define NORM_LANES 16
+#define ROWS_INLINE __attribute__((always_inline)) static inline
+
+ROWS_INLINE v4d load4(const float *p) {
+    /* Lane by lane: GCC turns this into one vcvtps2pd, where it lowers
+     * __builtin_convertvector of 4 floats as two halves. */
+    return (v4d){p[0], p[1], p[2], p[3]};
+}
+
+ROWS_INLINE v4d load4d(const double *p) {
+    v4d v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Stores 4 lanes at p: as f32, rounded as a C cast rounds (to nearest,
+ * the default mode), or as f64. Macros, so that no vector is passed by
+ * value to a function. */
+#define STORE4(p, v)                                                                               \
+    do {                                                                                           \
+        const v4f f_ = __builtin_convertvector((v), v4f);                                          \
+        memcpy((p), &f_, sizeof f_);                                                               \
+    } while (0)
+#define STORE4D(p, v)                                                                              \
+    do {                                                                                           \
+        const v4d d_ = (v);                                                                        \
+        memcpy((p), &d_, sizeof d_);                                                               \
+    } while (0)
+
+ROWS_INLINE v4d splat(double v) {
+    return (v4d){v, v, v, v};
+}
+
+/* Lane sums: four vectors of 4, lane 4 q + k of vector q adding the
+ * elements j == 4 q + k (mod 16). */
+typedef struct {
+    v4d q[4];
+} lanes16;
+
+ROWS_INLINE void lanes_zero(lanes16 *l) {
+    for (int q = 0; q < 4; q++)
+        l->q[q] = splat(0.0);
+}
+
+/* The lanes plus a scalar tail (tail[k] for element j0 + k, j0 a multiple
+ * of 16), added as a fixed tree: halves lane by lane. */
+ROWS_INLINE double lanes_total(const lanes16 *l, const double *tail, int64_t n_tail) {
+    double acc[NORM_LANES];
+    for (int q = 0; q < 4; q++)
+        STORE4D(acc + 4 * q, l->q[q]);
+    for (int64_t k = 0; k < n_tail; k++)
+        acc[k] += tail[k];
+    for (int w = NORM_LANES / 2; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++)
+            acc[k] += acc[k + w];
+    return acc[0];
+}
+
+ROWS_INLINE void moments_body(const float *x, int64_t n, double eps, double *mean, double *rstd) {
+    lanes16 s;
+    lanes_zero(&s);
+    int64_t j = 0;
+    for (; j + NORM_LANES <= n; j += NORM_LANES)
+        for (int q = 0; q < 4; q++)
+            s.q[q] += load4(x + j + 4 * q);
+    double tail[NORM_LANES];
+    const int64_t j0 = j, n_tail = n - j0;
+    for (int64_t k = 0; k < n_tail; k++)
+        tail[k] = (double)x[j0 + k];
+    /* An empty row has mean 0 and variance 0 (PyTorch's CPU kernel too). */
+    const double m = n > 0 ? lanes_total(&s, tail, n_tail) / (double)n : 0.0;
+    const v4d vm = splat(m);
+    lanes_zero(&s);
+    for (j = 0; j + NORM_LANES <= n; j += NORM_LANES)
+        for (int q = 0; q < 4; q++) {
+            const v4d d = load4(x + j + 4 * q) - vm;
+            s.q[q] += d * d;
+        }
+    for (int64_t k = 0; k < n_tail; k++) {
+        const double d = (double)x[j0 + k] - m;
+        tail[k] = d * d;
+    }
+    const double var = n > 0 ? lanes_total(&s, tail, n_tail) / (double)n : 0.0;
+    *mean = m;
+    *rstd = 1.0 / __builtin_sqrt(var + eps);
+}
+
+/* y_j = ((x_j - mean) rstd) w_j + b_j; an absent w multiplies by 1 and an
+ * absent b adds +0.0, exactly as the reference does (x + 0.0 turns -0.0
+ * into +0.0). */
+ROWS_INLINE void forward_out_body(float *y, const float *x, const float *w, const float *b, int64_t n,
+                                  double mean, double rstd) {
+    const v4d vm = splat(mean), vr = splat(rstd), one = splat(1.0), zero = splat(0.0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)
+        STORE4(y + j, (load4(x + j) - vm) * vr * (w ? load4(w + j) : one) + (b ? load4(b + j) : zero));
+    for (; j < n; j++)
+        y[j] = (float)(((double)x[j] - mean) * rstd * (w ? (double)w[j] : 1.0) + (b ? (double)b[j] : 0.0));
+}
+
+ROWS_INLINE void forward_body(float *y, const float *x, const float *w, const float *b, int64_t n,
+                              double eps, double *mean, double *rstd) {
+    moments_body(x, n, eps, mean, rstd);
+    forward_out_body(y, x, w, b, n, *mean, *rstd);
+}
+
+/* The backward's row sums s1 = sum g w and s2 = sum (g w) xhat, with
+ * xhat = (x - mean) rstd; with `partial`, also partial[j] += g xhat and
+ * partial[n + j] += g (the column terms of dweight and dbias). Then, if dx
+ * is given, dx_j = rstd ((g_j w_j - s1 / n) - xhat_j s2 / n). */
+ROWS_INLINE void backward_body(float *dx, const float *g, const float *x, const float *w, int64_t n,
+                               double mean, double rstd, double *partial) {
+    const v4d vm = splat(mean), vr = splat(rstd), one = splat(1.0);
+    lanes16 a, b;
+    lanes_zero(&a);
+    lanes_zero(&b);
+    int64_t j = 0;
+    for (; j + NORM_LANES <= n; j += NORM_LANES)
+        for (int q = 0; q < 4; q++) {
+            const int64_t i = j + 4 * q;
+            const v4d gi = load4(g + i), h = (load4(x + i) - vm) * vr;
+            const v4d gw = gi * (w ? load4(w + i) : one);
+            a.q[q] += gw;
+            b.q[q] += gw * h;
+            if (partial) {
+                STORE4D(partial + i, load4d(partial + i) + gi * h);
+                STORE4D(partial + n + i, load4d(partial + n + i) + gi);
+            }
+        }
+    double t1[NORM_LANES], t2[NORM_LANES];
+    const int64_t j0 = j, n_tail = n - j0;
+    for (int64_t k = 0; k < n_tail; k++) {
+        const int64_t i = j0 + k;
+        const double gi = (double)g[i], xhat = ((double)x[i] - mean) * rstd;
+        const double gw = gi * (w ? (double)w[i] : 1.0);
+        t1[k] = gw;
+        t2[k] = gw * xhat;
+        if (partial) {
+            partial[i] += gi * xhat;
+            partial[n + i] += gi;
+        }
+    }
+    if (!dx)
+        return;
+    const double s1 = lanes_total(&a, t1, n_tail), s2 = lanes_total(&b, t2, n_tail);
+    const double inv_n = n > 0 ? 1.0 / (double)n : 0.0;
+    const v4d c1 = splat(s1 * inv_n), vs2 = splat(s2), vinv = splat(inv_n);
+    for (j = 0; j + 4 <= n; j += 4) {
+        const v4d xhat = (load4(x + j) - vm) * vr;
+        const v4d gw = load4(g + j) * (w ? load4(w + j) : one);
+        STORE4(dx + j, vr * (gw - c1 - xhat * vs2 * vinv));
+    }
+    for (; j < n; j++) {
+        const double xhat = ((double)x[j] - mean) * rstd;
+        const double gw = (double)g[j] * (w ? (double)w[j] : 1.0);
+        dx[j] = (float)(rstd * (gw - s1 * inv_n - xhat * s2 * inv_n));
+    }
+}
+
+/* The three builds of each body. */
+#if TPU_K_X86
+#define ROWS_AVX2 __attribute__((target("avx2,fma")))
+#define ROWS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#endif
+
+#define ROWS_VARIANTS(name, params, call)                                                          \
+    static void name##_portable params { call; }                                                   \
+    ROWS_VARIANTS_X86(name, params, call)
+
+#if TPU_K_X86
+#define ROWS_VARIANTS_X86(name, params, call)                                                      \
+    ROWS_AVX2 static void name##_avx2 params { call; }                                             \
+    ROWS_AVX512 static void name##_avx512 params { call; }
+#else
+#define ROWS_VARIANTS_X86(name, params, call)
+#endif
+
+ROWS_VARIANTS(forward,
+              (float *y, const float *x, const float *w, const float *b, int64_t n, double eps,
+               double *mean, double *rstd),
+              forward_body(y, x, w, b, n, eps, mean, rstd))
+ROWS_VARIANTS(backward,
+              (float *dx, const float *g, const float *x, const float *w, int64_t n, double mean,
+               double rstd, double *partial),
+              backward_body(dx, g, x, w, n, mean, rstd, partial))
+
+void tpu_k_norm_forward_row_f32(float *y, const float *x, const float *w, const float *b, int64_t n,
+                                double eps, double *mean, double *rstd) {
+#if TPU_K_X86
+    if (tpu_k_cpu_has_avx512()) {
+        forward_avx512(y, x, w, b, n, eps, mean, rstd);
+        return;
+    }
+    if (tpu_k_cpu_has_avx2_fma()) {
+        forward_avx2(y, x, w, b, n, eps, mean, rstd);
+        return;
+    }
+#endif
+    forward_portable(y, x, w, b, n, eps, mean, rstd);
+}
+
+void tpu_k_norm_backward_row_f32(float *dx, const float *g, const float *x, const float *w, int64_t n,
+                                 double mean, double rstd, double *partial) {
+#if TPU_K_X86
+    if (tpu_k_cpu_has_avx512()) {
+        backward_avx512(dx, g, x, w, n, mean, rstd, partial);
+        return;
+    }
+    if (tpu_k_cpu_has_avx2_fma()) {
+        backward_avx2(dx, g, x, w, n, mean, rstd, partial);
+        return;
+    }
+#endif
+    backward_portable(dx, g, x, w, n, mean, rstd, partial);
+}
