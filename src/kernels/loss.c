@@ -5,6 +5,7 @@
  * and one share keeps the sums in sample order with nothing to combine.
  * Sums are f64; each result is rounded once. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels_internal.h"
 #include "strided.h"
@@ -75,9 +76,19 @@ static tpu_status nll_backward(const tpu_op *op) {
     const bool batched = dx->ndim == 2;
     const int64_t n = batched ? dx->sizes[0] : 1, c = dx->sizes[batched ? 1 : 0];
     const tpu_loss_reduction red = op->p.loss.reduction;
-    for (int64_t i = 0; i < n; i++)
+    /* Every float dtype's +0.0 is all zero bytes: rows with unit class
+     * stride are cleared by memset (a [N, C] gradient over a vocabulary is
+     * hundreds of MB), the rest element by element. */
+    const int32_t cdim = batched ? 1 : 0;
+    const size_t esize = tpu_dtype_size(dx->dtype);
+    for (int64_t i = 0; i < n; i++) {
+        if (c <= 1 || dx->strides[cdim] == 1) {
+            memset((char *)score_ptr(dx, i, 0), 0, (size_t)c * esize);
+            continue;
+        }
         for (int64_t k = 0; k < c; k++)
             tpu_k_store_f64((char *)score_ptr(dx, i, k), dx->dtype, 0.0);
+    }
     double total = tpu_k_load_f64(op->in[3].data, op->in[3].dtype);
     for (int64_t i = 0; i < n; i++) {
         int64_t k = 0;

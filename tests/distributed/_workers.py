@@ -343,3 +343,23 @@ def subgroups(rank: int, world: int) -> dict:
     rows = torch.full((1,), float(rank), device="tpu")
     dist.all_reduce(rows, group=mesh.get_group(1))
     return {"new_group": t.cpu().tolist(), "broadcast": b.cpu().tolist(), "mesh_dim1": rows.cpu().tolist()}
+
+
+# -- exit ------------------------------------------------------------------------
+
+
+def released_at_shutdown(rank: int, world: int) -> dict:
+    """Blocking collectives (tpu and cpu tensors, with their argument
+    exchanges), then the group's shutdown: gloo's worker threads hold none
+    of the tensors handed to them, so none of them will need the GIL while
+    the interpreter finalizes (test_exit.py)."""
+    pg = dist.distributed_c10d._get_default_group()
+    t = torch.full((1 << 12,), float(rank + 1), device="tpu")
+    c = torch.full((4,), float(rank + 1))
+    for _ in range(3):
+        dist.all_reduce(t)
+        dist.all_reduce(c)
+    outs = [torch.empty_like(c) for _ in range(world)]
+    dist.all_gather(outs, c)
+    pg.shutdown()
+    return dict(held=len(pg._gloo._held), t=t[0].item(), c=c[0].item(), outs=[o[0].item() for o in outs])

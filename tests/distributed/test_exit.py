@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 
+from . import _workers as W
+from ._launch import run_ranks
+
 
 def test_exit_with_pending_async_collectives(tmp_path):
     worker = os.path.join(os.path.dirname(__file__), "_exit_worker.py")
@@ -18,3 +21,10 @@ def test_exit_with_pending_async_collectives(tmp_path):
         assert p.returncode == 0, f"rank {r} exited with {p.returncode}:\n{err[-3000:]}"
         assert "terminate called" not in err, err[-3000:]
     assert float((tmp_path / "value").read_text()) == 3.0  # 1 + 2: rank 0 took part before it exited
+
+
+def test_shutdown_waits_for_gloo_to_release_its_tensors():
+    # The race itself is rare (a gloo worker thread releasing a collective's
+    # tensors while the interpreter finalizes); this checks what prevents it.
+    results = run_ranks(W.released_at_shutdown, 2, timeout=60).values()
+    assert results == [dict(held=0, t=12.0, c=12.0, outs=[12.0, 12.0])] * 2  # (1 + 2), doubled twice

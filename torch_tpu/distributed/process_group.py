@@ -41,7 +41,7 @@ from torch._C._distributed_c10d import AllgatherOptions
 from torch_tpu import _C as _tpu_C
 from torch_tpu.distributed import _checks as C
 from torch_tpu.distributed._comm import CommThread
-from torch_tpu.distributed._gloo import MAX_TIMEOUT, make_gloo
+from torch_tpu.distributed._gloo import MAX_TIMEOUT, HandOver, make_gloo
 from torch_tpu.distributed._p2p import PointToPoint
 from torch_tpu.distributed._views import Staging
 from torch_tpu.distributed._watch import Watch
@@ -80,11 +80,11 @@ _live_groups: "weakref.WeakSet[ProcessGroupTPU]" = weakref.WeakSet()
 
 def _quiesce_at_exit() -> None:
     """threading's exit hook (before Python joins non-daemon threads): each
-    group's communication thread finishes its calls, then its gloo group
-    is shut down while the interpreter is whole. Left to finalization,
-    gloo's threads may meet a peer's closing connection during teardown
-    and abort the process ("terminate called without an active
-    exception"), with plain gloo as well."""
+    group's communication thread finishes its calls, and gloo's worker
+    threads let go of their tensors, while the interpreter is whole. A
+    gloo thread that releases a tensor during finalization needs the GIL
+    and aborts the process ("terminate called without an active
+    exception"; see _gloo.HandOver), with plain gloo as well."""
     for pg in list(_live_groups):
         try:
             pg.shutdown()
@@ -189,7 +189,8 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._size = size
         self._timeout = timeout
         self._group_name = group_name or "tpu_dist"
-        self._gloo = make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        gloo = make_gloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+        self._gloo = HandOver(gloo)  # the collectives' view of it (see _gloo.HandOver)
         self._watch = Watch(store, rank, size, self._group_name, timeout)
         # The exchange of argument records can be turned off for latency
         # (one gloo round trip per collective); a mismatch then aborts the
@@ -197,7 +198,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         self._check_args = os.environ.get("TORCH_TPU_DIST_CHECKS", "1") != "0"
         self._seq = 0
         self._seq_lock = threading.Lock()
-        self._p2p = PointToPoint(self._gloo, rank, size)
+        self._p2p = PointToPoint(gloo, rank, size)
         self._comm = CommThread(f"tpu_dist comm ({self._group_name}, rank {rank})")
         weakref.finalize(self, self._comm.stop)  # a group dropped without destroy_process_group
         self._coalescing: Optional[List[dist.Work]] = None
@@ -209,7 +210,7 @@ class ProcessGroupTPU(dist.ProcessGroup):
         # C++ object itself (object collectives' device, timeouts,
         # sequence numbers); every collective goes through the methods here.
         for device in ("cpu", "tpu"):
-            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+            self._register_backend(torch.device(device), dist.ProcessGroup.BackendType.GLOO, gloo)
         self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
 
     # -- identity -----------------------------------------------------------
@@ -243,8 +244,17 @@ class ProcessGroupTPU(dist.ProcessGroup):
     def _set_sequence_number_for_group(self) -> None:
         pass  # numbers start at 0 on every rank and advance in step
 
+    # How long shutdown waits for gloo's worker threads to let go of the
+    # tensors of completed collectives (they do within scheduling delays);
+    # only a work still pending, or kept by the program, makes it wait longer.
+    _RELEASE_WAIT_S = 2.0
+
     def shutdown(self) -> None:
         self._comm.stop(join=True)  # after the calls it holds
+        # Before the interpreter finalizes (or the group is dropped, which
+        # joins gloo's threads while holding the GIL): a gloo thread that
+        # still holds a tensor needs the GIL to let go of it.
+        self._gloo.wait_released(self._RELEASE_WAIT_S)
         self._gloo.shutdown()
 
     def abort(self) -> None:
