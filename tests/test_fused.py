@@ -28,6 +28,26 @@ def assert_same_bits(a, b):
                        b.view(-1).view(torch.uint8) if b.dtype != torch.bool else b)
 
 
+def fused_stats(fn, attempts=3):
+    """torch.tpu.fusion_stats() of fn() run in fused mode and synchronized:
+    of up to `attempts` runs, the first with the most fused records. The
+    stream ends a held run when the host adds nothing for 2 ms, so a host
+    stalled by the machine (a loaded CI runner) may split a program and
+    leave a record alone; grouping itself is deterministic, and a planner
+    that fuses less fails every attempt."""
+    best = None
+    for _ in range(attempts):
+        with torch.tpu.mode("fused"):
+            torch.tpu.reset_fusion_stats()
+            out = fn()  # alive until the stats are read
+            torch.tpu.synchronize()
+            st = torch.tpu.fusion_stats()
+        del out
+        if best is None or st["fused_records"] > best["fused_records"]:
+            best = st
+    return best
+
+
 def chain(y, n):
     for _ in range(n):
         y = (y + 1) * 2 - 1
@@ -71,16 +91,11 @@ def test_broadcasts_views_and_in_place_are_bit_identical():
 def test_planner_fuses_and_skips_freed_intermediates():
     x = torch.randn(1000, 1000, device="tpu")
     torch.tpu.synchronize()
-    with torch.tpu.mode("fused"):
-        torch.tpu.reset_fusion_stats()
-        y = chain(x, 5)
-        torch.tpu.synchronize()
-        st = torch.tpu.fusion_stats()
+    st = fused_stats(lambda: chain(x, 5))
     # 15 records in one group; every temporary but the last dies inside it
     assert st["groups"] >= 1 and st["fused_records"] == 15
     assert st["values_not_written"] >= 13
     assert st["bytes_not_written"] == st["values_not_written"] * x.numel() * 4
-    del y
 
 
 def layer_norm_ops(x, w, b, eps=1e-5):
@@ -105,10 +120,7 @@ def test_row_reductions_fuse_and_are_bit_identical(shape):
     assert_same_bits(s, f)
     for got, want in zip(s, [layer_norm_ops(xc, wc, bc), softmax_ops(xc), xc.sum(-1), xc.amin((-2, -1))]):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    with torch.tpu.mode("fused"):
-        torch.tpu.reset_fusion_stats()
-        layer_norm_ops(x, w, b).cpu()
-        st = torch.tpu.fusion_stats()
+    st = fused_stats(lambda: layer_norm_ops(x, w, b).cpu())
     if shape[-1] <= 16384:
         # both means join the groups (9 records of 9), and d * d is never written
         assert st["fused_records"] == 9 and st["values_not_written"] >= 1

@@ -6,39 +6,21 @@
  * Why the three give the same bits: every element goes through the same
  * f64 operations in the same order (the vector extensions lower each
  * operator to one IEEE operation per lane; -std=c11 turns FMA contraction
- * off), and every row sum is kept in NORM_LANES f64 lanes, lane k adding
- * the elements j == k (mod NORM_LANES) in order, the tail scalar, then the
- * lanes added as one fixed tree (lanes_total). A lane starts at +0.0 and
- * so never holds -0.0: no reordering of zeros can differ either.
- *
- * Several lanes, not one accumulator: each f64 add waits for the one
- * before it on the same lane, so one accumulator costs a full add latency
- * per element; 16 lanes in independent vectors keep the cores' adders
- * busy and make a row pass a few cycles per 16 elements. */
+ * off), and every row sum is kept in row_lanes.h's 16 f64 lanes, which
+ * add in one fixed order in every build. */
 #include <string.h>
 
 #include "kernels_internal.h"
 #include "norm_rows.h"
+#include "row_lanes.h"
 
-/* Vectors of 4 f64 lanes (32 bytes): one register in the AVX2 and
- * AVX-512 builds (wider generic vectors go through the stack in GCC's
- * AVX2 lowering), two in the baseline. The helpers below pass them by
- * value; they are always inlined, so the baseline build's calling
- * convention for them (which GCC warns differs from AVX's) is never
- * used. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-typedef double v4d __attribute__((vector_size(32)));
+typedef tpu_k_v4d v4d;
 typedef float v4f __attribute__((vector_size(16)));
 
-#define NORM_LANES 16
-#define ROWS_INLINE __attribute__((always_inline)) static inline
-
-ROWS_INLINE v4d load4(const float *p) {
-    /* Lane by lane: GCC turns this into one vcvtps2pd, where it lowers
-     * __builtin_convertvector of 4 floats as two halves. */
-    return (v4d){p[0], p[1], p[2], p[3]};
-}
+#define ROWS_INLINE TPU_K_ROW_INLINE
+#define NORM_LANES TPU_K_ROW_LANES
+#define load4 tpu_k_load4_f64
+#define splat tpu_k_splat4d
 
 ROWS_INLINE v4d load4d(const double *p) {
     v4d v;
@@ -60,60 +42,25 @@ ROWS_INLINE v4d load4d(const double *p) {
         memcpy((p), &d_, sizeof d_);                                                               \
     } while (0)
 
-ROWS_INLINE v4d splat(double v) {
-    return (v4d){v, v, v, v};
-}
-
-/* Lane sums: four vectors of 4, lane 4 q + k of vector q adding the
- * elements j == 4 q + k (mod 16). */
-typedef struct {
-    v4d q[4];
-} lanes16;
-
-ROWS_INLINE void lanes_zero(lanes16 *l) {
-    for (int q = 0; q < 4; q++)
-        l->q[q] = splat(0.0);
-}
-
-/* The lanes plus a scalar tail (tail[k] for element j0 + k, j0 a multiple
- * of 16), added as a fixed tree: halves lane by lane. */
-ROWS_INLINE double lanes_total(const lanes16 *l, const double *tail, int64_t n_tail) {
-    double acc[NORM_LANES];
-    for (int q = 0; q < 4; q++)
-        STORE4D(acc + 4 * q, l->q[q]);
-    for (int64_t k = 0; k < n_tail; k++)
-        acc[k] += tail[k];
-    for (int w = NORM_LANES / 2; w >= 1; w /= 2)
-        for (int k = 0; k < w; k++)
-            acc[k] += acc[k + w];
-    return acc[0];
-}
-
 ROWS_INLINE void moments_body(const float *x, int64_t n, double eps, double *mean, double *rstd) {
-    lanes16 s;
-    lanes_zero(&s);
+    tpu_k_row_lanes s;
+    tpu_k_lanes_init(&s);
+    tpu_k_lanes_add(&s, x, n);
+    /* An empty row has mean 0 and variance 0 (PyTorch's CPU kernel too). */
+    const double m = n > 0 ? tpu_k_lanes_total(&s) / (double)n : 0.0;
+    const v4d vm = splat(m);
+    tpu_k_lanes_init(&s);
     int64_t j = 0;
     for (; j + NORM_LANES <= n; j += NORM_LANES)
-        for (int q = 0; q < 4; q++)
-            s.q[q] += load4(x + j + 4 * q);
-    double tail[NORM_LANES];
-    const int64_t j0 = j, n_tail = n - j0;
-    for (int64_t k = 0; k < n_tail; k++)
-        tail[k] = (double)x[j0 + k];
-    /* An empty row has mean 0 and variance 0 (PyTorch's CPU kernel too). */
-    const double m = n > 0 ? lanes_total(&s, tail, n_tail) / (double)n : 0.0;
-    const v4d vm = splat(m);
-    lanes_zero(&s);
-    for (j = 0; j + NORM_LANES <= n; j += NORM_LANES)
         for (int q = 0; q < 4; q++) {
             const v4d d = load4(x + j + 4 * q) - vm;
             s.q[q] += d * d;
         }
-    for (int64_t k = 0; k < n_tail; k++) {
-        const double d = (double)x[j0 + k] - m;
-        tail[k] = d * d;
+    for (; j < n; j++) {
+        const double d = (double)x[j] - m;
+        s.tail[s.n_tail++] = d * d;
     }
-    const double var = n > 0 ? lanes_total(&s, tail, n_tail) / (double)n : 0.0;
+    const double var = n > 0 ? tpu_k_lanes_total(&s) / (double)n : 0.0;
     *mean = m;
     *rstd = 1.0 / __builtin_sqrt(var + eps);
 }
@@ -144,9 +91,9 @@ ROWS_INLINE void forward_body(float *y, const float *x, const float *w, const fl
 ROWS_INLINE void backward_body(float *dx, const float *g, const float *x, const float *w, int64_t n,
                                double mean, double rstd, double *partial) {
     const v4d vm = splat(mean), vr = splat(rstd), one = splat(1.0);
-    lanes16 a, b;
-    lanes_zero(&a);
-    lanes_zero(&b);
+    tpu_k_row_lanes a, b;
+    tpu_k_lanes_init(&a);
+    tpu_k_lanes_init(&b);
     int64_t j = 0;
     for (; j + NORM_LANES <= n; j += NORM_LANES)
         for (int q = 0; q < 4; q++) {
@@ -160,22 +107,19 @@ ROWS_INLINE void backward_body(float *dx, const float *g, const float *x, const 
                 STORE4D(partial + n + i, load4d(partial + n + i) + gi);
             }
         }
-    double t1[NORM_LANES], t2[NORM_LANES];
-    const int64_t j0 = j, n_tail = n - j0;
-    for (int64_t k = 0; k < n_tail; k++) {
-        const int64_t i = j0 + k;
-        const double gi = (double)g[i], xhat = ((double)x[i] - mean) * rstd;
-        const double gw = gi * (w ? (double)w[i] : 1.0);
-        t1[k] = gw;
-        t2[k] = gw * xhat;
+    for (; j < n; j++) {
+        const double gi = (double)g[j], xhat = ((double)x[j] - mean) * rstd;
+        const double gw = gi * (w ? (double)w[j] : 1.0);
+        a.tail[a.n_tail++] = gw;
+        b.tail[b.n_tail++] = gw * xhat;
         if (partial) {
-            partial[i] += gi * xhat;
-            partial[n + i] += gi;
+            partial[j] += gi * xhat;
+            partial[n + j] += gi;
         }
     }
     if (!dx)
         return;
-    const double s1 = lanes_total(&a, t1, n_tail), s2 = lanes_total(&b, t2, n_tail);
+    const double s1 = tpu_k_lanes_total(&a), s2 = tpu_k_lanes_total(&b);
     const double inv_n = n > 0 ? 1.0 / (double)n : 0.0;
     const v4d c1 = splat(s1 * inv_n), vs2 = splat(s2), vinv = splat(inv_n);
     for (j = 0; j + 4 <= n; j += 4) {

@@ -15,6 +15,7 @@
 
 #include "ew.h"
 #include "kernels_internal.h"
+#include "row_lanes.h"
 #include "vecmath.h"
 
 #if TPU_K_X86
@@ -150,15 +151,13 @@ __attribute__((target("avx2,fma"))) static float row_max_f32(const float *x, int
 }
 
 /* The fast row's element loops, written once with GCC's vector
- * extensions and built for AVX2 and for AVX-512 (the body inlined into
- * two wrappers with different target attributes): each operator is one
- * IEEE operation per lane and -std=c11 contracts nothing into an fma, so
- * both builds give the same bits. 32-byte vectors: one register in both
- * builds (GCC's AVX2 lowering of wider ones goes through the stack). */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float v8f __attribute__((vector_size(32)));
-typedef double v4d __attribute__((vector_size(32)));
-#define ROW_INLINE __attribute__((always_inline)) static inline
+ * extensions (row_lanes.h) and built for AVX2 and for AVX-512 (the body
+ * inlined into two wrappers with different target attributes): each
+ * operator is one IEEE operation per lane and -std=c11 contracts nothing
+ * into an fma, so both builds give the same bits. */
+typedef tpu_k_v8f v8f;
+typedef tpu_k_v4d v4d;
+#define ROW_INLINE TPU_K_ROW_INLINE
 
 ROW_INLINE v8f load8(const float *p) {
     v8f v;
@@ -166,55 +165,8 @@ ROW_INLINE v8f load8(const float *p) {
     return v;
 }
 
-ROW_INLINE v4d load4_f64(const float *p) {
-    /* Lane by lane: GCC turns this into one vcvtps2pd, where it lowers
-     * __builtin_convertvector of 4 floats as two halves. */
-    return (v4d){p[0], p[1], p[2], p[3]};
-}
-
 ROW_INLINE v8f splat8(float v) {
     return (v8f){v, v, v, v, v, v, v, v};
-}
-
-enum { SUM_LANES = 16 };
-
-/* Row sums in 16 f64 lanes: lane k adds the elements i == k (mod 16) in
- * order (four vectors of 4; a tail, only at the row's end, scalar), then
- * the lanes are added as a fixed tree. Each lane starts at +0.0, so none
- * ever holds -0.0. Several lanes so that the adds do not wait on one
- * another. */
-typedef struct {
-    v4d q[4];
-    double tail[SUM_LANES];
-    int64_t n_tail;
-} row_lanes;
-
-ROW_INLINE void lanes_init(row_lanes *l) {
-    for (int q = 0; q < 4; q++)
-        l->q[q] = (v4d){0, 0, 0, 0};
-    l->n_tail = 0;
-}
-
-/* Adds t[0..n) as the row's next elements; n is a multiple of 16 except
- * at the row's end. */
-ROW_INLINE void lanes_add(row_lanes *l, const float *t, int64_t n) {
-    int64_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
-        for (int q = 0; q < 4; q++)
-            l->q[q] += load4_f64(t + i + 4 * q);
-    for (; i < n; i++)
-        l->tail[l->n_tail++] = (double)t[i];
-}
-
-ROW_INLINE double lanes_total(const row_lanes *l) {
-    double acc[SUM_LANES];
-    memcpy(acc, l->q, sizeof acc);
-    for (int64_t k = 0; k < l->n_tail; k++)
-        acc[k] += l->tail[k];
-    for (int w = SUM_LANES / 2; w >= 1; w /= 2)
-        for (int k = 0; k < w; k++)
-            acc[k] += acc[k + w];
-    return acc[0];
 }
 
 /* A contiguous f32 forward row: max, then exp(x - max) into out (chunk
@@ -231,8 +183,8 @@ ROW_INLINE void row_fast_body(const tpu_op *op, const rows *r, char *po, const c
         return;
     }
     const v8f vmx = splat8(mx);
-    row_lanes lanes;
-    lanes_init(&lanes);
+    tpu_k_row_lanes lanes;
+    tpu_k_lanes_init(&lanes);
     float t[TPU_K_EW_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += TPU_K_EW_CHUNK) {
         const int64_t len = n - i0 < TPU_K_EW_CHUNK ? n - i0 : TPU_K_EW_CHUNK;
@@ -245,9 +197,9 @@ ROW_INLINE void row_fast_body(const tpu_op *op, const rows *r, char *po, const c
         for (; i < len; i++)
             dst[i] = x[i0 + i] - mx;
         tpu_vm_f32(TPU_VM_EXP, dst, dst, len);
-        lanes_add(&lanes, dst, len);
+        tpu_k_lanes_add(&lanes, dst, len);
     }
-    const double sum = lanes_total(&lanes);
+    const double sum = tpu_k_lanes_total(&lanes);
     int64_t i = 0;
     if (op->fn == TPU_SOFTMAX_LOG) {
         const float lse = (float)log(sum);
@@ -280,16 +232,16 @@ ROW_INLINE void row_back_body(const tpu_op *op, const rows *r, char *po, const c
     const float *g = (const float *)px, *y = (const float *)py;
     const int64_t n = r->len;
     const bool log_form = op->fn == TPU_SOFTMAX_LOG_BACKWARD;
-    row_lanes lanes;
-    lanes_init(&lanes);
+    tpu_k_row_lanes lanes;
+    tpu_k_lanes_init(&lanes);
     int64_t i = 0;
-    for (; i + SUM_LANES <= n; i += SUM_LANES)
+    for (; i + TPU_K_ROW_LANES <= n; i += TPU_K_ROW_LANES)
         for (int q = 0; q < 4; q++)
-            lanes.q[q] += log_form ? load4_f64(g + i + 4 * q)
-                                   : load4_f64(g + i + 4 * q) * load4_f64(y + i + 4 * q);
+            lanes.q[q] += log_form ? tpu_k_load4_f64(g + i + 4 * q)
+                                   : tpu_k_load4_f64(g + i + 4 * q) * tpu_k_load4_f64(y + i + 4 * q);
     for (; i < n; i++)
         lanes.tail[lanes.n_tail++] = log_form ? (double)g[i] : (double)g[i] * (double)y[i];
-    const double acc = lanes_total(&lanes);
+    const double acc = tpu_k_lanes_total(&lanes);
     const v4d vacc = {acc, acc, acc, acc};
     float t[TPU_K_EW_CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += TPU_K_EW_CHUNK) {
@@ -300,8 +252,8 @@ ROW_INLINE void row_back_body(const tpu_op *op, const rows *r, char *po, const c
             tpu_vm_f32(TPU_VM_EXP, t, yc, len); /* before the stores: o may be g or y */
         int64_t j = 0;
         for (; j + 4 <= len; j += 4) {
-            const v4d v = log_form ? load4_f64(gc + j) - load4_f64(t + j) * vacc
-                                   : load4_f64(yc + j) * (load4_f64(gc + j) - vacc);
+            const v4d v = log_form ? tpu_k_load4_f64(gc + j) - tpu_k_load4_f64(t + j) * vacc
+                                   : tpu_k_load4_f64(yc + j) * (tpu_k_load4_f64(gc + j) - vacc);
             for (int k = 0; k < 4; k++)
                 oc[j + k] = (float)v[k];
         }
