@@ -7,7 +7,10 @@
  * f64 operations in the same order (the vector extensions lower each
  * operator to one IEEE operation per lane; -std=c11 turns FMA contraction
  * off), and every row sum is kept in row_lanes.h's 16 f64 lanes, which
- * add in one fixed order in every build. */
+ * add in one fixed order in every build. NaNs aside: where two NaNs meet
+ * in an add, x86 returns the first operand's, and the compiler may order
+ * a scalar add's operands either way, so a NaN's sign and payload may
+ * differ between builds (seen: a dweight column summing +NaN and -NaN). */
 #include <string.h>
 
 #include "kernels_internal.h"

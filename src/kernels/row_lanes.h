@@ -5,7 +5,8 @@
  * on one another (one accumulator waits an add latency per element); a
  * fixed structure so that every build (baseline, AVX2, AVX-512: the
  * callers inline these into one wrapper per target) gives the same bits.
- * A lane starts at +0.0 and so never holds -0.0.
+ * A lane starts at +0.0 and so never holds -0.0. (A NaN's sign and
+ * payload are the exception: see norm_rows.c.)
  *
  * Vectors are GCC vector extensions of 32 bytes: one register in the AVX2
  * and AVX-512 builds (GCC lowers wider generic vectors for AVX2 through
