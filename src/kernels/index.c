@@ -69,8 +69,13 @@ static tpu_status gather_ref(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
-/* EMBEDDING_BACKWARD: rows [r0, r1) of out. */
-static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
+/* EMBEDDING_BACKWARD: rows [r0, r1) of out. With f32_rows (the fast
+ * path: f32 gradient and out with contiguous rows, no scale_by_freq) the
+ * rows are cleared by memset and summed in f32; the reference clears and
+ * sums element by element through f64. Both give the same bytes: an f64
+ * add of two floats rounded once to f32 is the f32 add (53 >= 2 * 24 + 2
+ * bits, so the double rounding is exact). */
+static tpu_status embedding_backward(const tpu_op *op, int ith, int nth, bool f32_rows) {
     const tpu_tensor *o = &op->out, *grad = &op->in[0], *idx = &op->in[1];
     const int64_t w = o->sizes[0], d = o->sizes[1], n = idx->sizes[0];
     const int64_t pad = op->p.index.padding_idx;
@@ -78,9 +83,14 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
     tpu_k_split(w, ith, nth, &r0, &r1);
     if (r0 >= r1)
         return TPU_OK;
-    for (int64_t r = r0; r < r1; r++)
+    for (int64_t r = r0; r < r1; r++) {
+        if (f32_rows) {
+            memset((float *)o->data + r * o->strides[0], 0, (size_t)d * sizeof(float));
+            continue;
+        }
         for (int64_t j = 0; j < d; j++)
             tpu_k_store_f64(tpu_k_ptr(o, r * o->strides[0] + j * o->strides[1]), o->dtype, 0.0);
+    }
     /* Sums in f64 would need a row buffer per output row; the sum is kept
      * in out's dtype as PyTorch's CPU kernel keeps it (index_add in the
      * gradient's dtype), one rounding per added row. */
@@ -101,6 +111,13 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
                                  tpu_k_op_label(op), (long long)k, (long long)w);
         if (k < r0 || k >= r1 || k == pad)
             continue;
+        if (f32_rows) {
+            float *dst = (float *)o->data + k * o->strides[0];
+            const float *src = (const float *)grad->data + i * grad->strides[0];
+            for (int64_t j = 0; j < d; j++)
+                dst[j] += src[j];
+            continue;
+        }
         double scale = counts ? 1.0 / (double)counts[k] : 1.0;
         for (int64_t j = 0; j < d; j++) {
             char *dst = tpu_k_ptr(o, k * o->strides[0] + j * o->strides[1]);
@@ -110,6 +127,14 @@ static tpu_status embedding_backward_ref(const tpu_op *op, int ith, int nth) {
         }
     }
     return TPU_OK;
+}
+
+/* Whether the fast path's f32 rows apply (see embedding_backward). */
+static bool embedding_backward_f32_rows(const tpu_op *op) {
+    const tpu_tensor *o = &op->out, *g = &op->in[0];
+    return !op->p.index.scale_by_freq && o->dtype == TPU_DTYPE_F32 && g->dtype == TPU_DTYPE_F32 &&
+           o->ndim == 2 && g->ndim == 2 && (o->sizes[1] <= 1 || o->strides[1] == 1) &&
+           (g->sizes[1] <= 1 || g->strides[1] == 1) && tpu_k_is_aligned(o) && tpu_k_is_aligned(g);
 }
 
 int64_t tpu_k_index_scratch_bytes(const tpu_op *op) {
@@ -163,53 +188,14 @@ tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
     if (op->fn == TPU_INDEX_HISTC)
         return histc_ref(op, ith);
     if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD)
-        return embedding_backward_ref(op, ith, nth);
+        return embedding_backward(op, ith, nth, false);
     return gather_ref(op, ith, nth);
-}
-
-/* EMBEDDING_BACKWARD's fast path: f32 gradient and out with contiguous
- * rows, no scale_by_freq. The same sums as the reference in the same
- * order: its f64 add of two floats rounded once to f32 is the f32 add
- * (53 >= 2 * 24 + 2 bits, so the double rounding is exact), so the loops
- * add floats and zero rows with memset. */
-static bool embedding_backward_fast_ok(const tpu_op *op) {
-    const tpu_tensor *o = &op->out, *g = &op->in[0];
-    return !op->p.index.scale_by_freq && o->dtype == TPU_DTYPE_F32 && g->dtype == TPU_DTYPE_F32 &&
-           o->ndim == 2 && g->ndim == 2 && (o->sizes[1] <= 1 || o->strides[1] == 1) &&
-           (g->sizes[1] <= 1 || g->strides[1] == 1) && tpu_k_is_aligned(o) && tpu_k_is_aligned(g);
-}
-
-static tpu_status embedding_backward_fast(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *grad = &op->in[0], *idx = &op->in[1];
-    const int64_t w = o->sizes[0], d = o->sizes[1], n = idx->sizes[0];
-    const int64_t pad = op->p.index.padding_idx;
-    int64_t r0, r1;
-    tpu_k_split(w, ith, nth, &r0, &r1);
-    if (r0 >= r1)
-        return TPU_OK;
-    float *out = (float *)o->data;
-    const float *g = (const float *)grad->data;
-    for (int64_t r = r0; r < r1; r++)
-        memset(out + r * o->strides[0], 0, (size_t)d * sizeof(float));
-    for (int64_t i = 0; i < n; i++) {
-        int64_t k = tpu_k_load_index(tpu_k_ptr(idx, i * idx->strides[0]), idx->dtype);
-        if (k < 0 || k >= w)
-            return tpu_set_error(TPU_ERR_INDEX, "%s: index %lld is out of range for %lld embeddings",
-                                 tpu_k_op_label(op), (long long)k, (long long)w);
-        if (k < r0 || k >= r1 || k == pad)
-            continue;
-        float *dst = out + k * o->strides[0];
-        const float *src = g + i * grad->strides[0];
-        for (int64_t j = 0; j < d; j++)
-            dst[j] += src[j];
-    }
-    return TPU_OK;
 }
 
 tpu_status tpu_k_index_fast(const tpu_op *op, int ith, int nth) {
     if (op->fn == TPU_INDEX_INTERP || op->fn == TPU_INDEX_INTERP_BACKWARD)
         return tpu_k_interp_fast(op, ith, nth);
-    if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD && embedding_backward_fast_ok(op))
-        return embedding_backward_fast(op, ith, nth);
+    if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD && embedding_backward_f32_rows(op))
+        return embedding_backward(op, ith, nth, true);
     return tpu_k_index_ref(op, ith, nth);
 }

@@ -137,59 +137,33 @@ ROWS_INLINE void backward_body(float *dx, const float *g, const float *x, const 
     }
 }
 
-/* The three builds of each body. */
+/* The three builds of each body, and the public function that runs the
+ * best one the ISA cap allows. */
 #if TPU_K_X86
 #define ROWS_AVX2 __attribute__((target("avx2,fma")))
 #define ROWS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-#endif
-
-#define ROWS_VARIANTS(name, params, call)                                                          \
-    static void name##_portable params { call; }                                                   \
-    ROWS_VARIANTS_X86(name, params, call)
-
-#if TPU_K_X86
-#define ROWS_VARIANTS_X86(name, params, call)                                                      \
-    ROWS_AVX2 static void name##_avx2 params { call; }                                             \
-    ROWS_AVX512 static void name##_avx512 params { call; }
+#define ROWS_VARIANTS(name, public_name, params, args)                                             \
+    static void name##_portable params { name##_body args; }                                       \
+    ROWS_AVX2 static void name##_avx2 params { name##_body args; }                                 \
+    ROWS_AVX512 static void name##_avx512 params { name##_body args; }                             \
+    void public_name params {                                                                      \
+        if (tpu_k_cpu_has_avx512())                                                                \
+            name##_avx512 args;                                                                    \
+        else if (tpu_k_cpu_has_avx2_fma())                                                         \
+            name##_avx2 args;                                                                      \
+        else                                                                                       \
+            name##_portable args;                                                                  \
+    }
 #else
-#define ROWS_VARIANTS_X86(name, params, call)
+#define ROWS_VARIANTS(name, public_name, params, args)                                             \
+    void public_name params { name##_body args; }
 #endif
 
-ROWS_VARIANTS(forward,
+ROWS_VARIANTS(forward, tpu_k_norm_forward_row_f32,
               (float *y, const float *x, const float *w, const float *b, int64_t n, double eps,
                double *mean, double *rstd),
-              forward_body(y, x, w, b, n, eps, mean, rstd))
-ROWS_VARIANTS(backward,
+              (y, x, w, b, n, eps, mean, rstd))
+ROWS_VARIANTS(backward, tpu_k_norm_backward_row_f32,
               (float *dx, const float *g, const float *x, const float *w, int64_t n, double mean,
                double rstd, double *partial),
-              backward_body(dx, g, x, w, n, mean, rstd, partial))
-
-void tpu_k_norm_forward_row_f32(float *y, const float *x, const float *w, const float *b, int64_t n,
-                                double eps, double *mean, double *rstd) {
-#if TPU_K_X86
-    if (tpu_k_cpu_has_avx512()) {
-        forward_avx512(y, x, w, b, n, eps, mean, rstd);
-        return;
-    }
-    if (tpu_k_cpu_has_avx2_fma()) {
-        forward_avx2(y, x, w, b, n, eps, mean, rstd);
-        return;
-    }
-#endif
-    forward_portable(y, x, w, b, n, eps, mean, rstd);
-}
-
-void tpu_k_norm_backward_row_f32(float *dx, const float *g, const float *x, const float *w, int64_t n,
-                                 double mean, double rstd, double *partial) {
-#if TPU_K_X86
-    if (tpu_k_cpu_has_avx512()) {
-        backward_avx512(dx, g, x, w, n, mean, rstd, partial);
-        return;
-    }
-    if (tpu_k_cpu_has_avx2_fma()) {
-        backward_avx2(dx, g, x, w, n, mean, rstd, partial);
-        return;
-    }
-#endif
-    backward_portable(dx, g, x, w, n, mean, rstd, partial);
-}
+              (dx, g, x, w, n, mean, rstd, partial))

@@ -263,20 +263,21 @@ ROW_INLINE void row_back_body(const tpu_op *op, const rows *r, char *po, const c
     }
 }
 
-__attribute__((target("avx2,fma"))) static void row_fast_avx2(const tpu_op *op, const rows *r, char *po,
-                                                              const char *px, const char *py) {
+ROW_INLINE void row_any_body(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
     if (is_backward(op))
         row_back_body(op, r, po, px, py);
     else
         row_fast_body(op, r, po, px, py);
 }
 
+__attribute__((target("avx2,fma"))) static void row_fast_avx2(const tpu_op *op, const rows *r, char *po,
+                                                              const char *px, const char *py) {
+    row_any_body(op, r, po, px, py);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
 row_fast_512(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
-    if (is_backward(op))
-        row_back_body(op, r, po, px, py);
-    else
-        row_fast_body(op, r, po, px, py);
+    row_any_body(op, r, po, px, py);
 }
 #endif /* TPU_K_X86 */
 
