@@ -82,6 +82,12 @@ typedef struct {
      * stride 0; both for one element); broadcast: some stride 0 (a
      * reduction's out, or a read of one), never in scratch. */
     bool flat, one_value, broadcast;
+    /* In a matmul group (tpu_fuse_plan.matmul): element (i, j) of the
+     * product's [M, N] out lies at data + (i * row_stride + j *
+     * col_stride) elements; col_stride is 0 or 1. A view of the
+     * product's inputs belongs to no cluster (cluster -1): it is there
+     * so that no epilogue step writes what the product reads. */
+    int64_t row_stride, col_stride;
 } tpu_fuse_view;
 
 /* An allocation views of the group lie in. Views of different storages
@@ -171,14 +177,29 @@ typedef struct {
     /* What the group saves: values kept in scratch instead of memory. */
     int32_t n_elided;
     int64_t bytes_elided;
+    /* A matmul group: step 0 is an MM/ADDMM record and every other step
+     * an element-wise record on its out's elements (its bias and
+     * activation), run on each block of out as the product finishes it
+     * (epilogue.c); one cluster of M * N elements, mm_cols = N. */
+    bool matmul;
+    int64_t mm_cols;
 } tpu_fuse_plan;
 
+/* Epilogue steps a matmul group takes at most. */
+#define TPU_FUSE_MM_MAX_STEPS 64
+
 /* Whether a checked record may join a group: the element-wise families
- * (UNARY, BINARY, TERNARY), plain device copies, constant fills and the
- * row reductions (tpu_fuse_row_length), with one phase, no scratch, at
- * most 3 inputs and at least one element. The stream asks at enqueue
- * time; only such records are ever held. */
+ * (UNARY, BINARY, TERNARY), plain device copies, constant fills, the
+ * row reductions (tpu_fuse_row_length) and matrix products (MATMUL,
+ * which only start groups), with one phase, no scratch, at most 3 inputs
+ * and at least one element. The stream asks at enqueue time; only such
+ * records are ever held. */
 bool tpu_fuse_fusable(const tpu_op *op);
+
+/* Whether a fusable record can only be the first step of a group (a
+ * matrix product, whose epilogue follows it): the stream ends a held run
+ * before it, so it heads the next. */
+bool tpu_fuse_starts_group(const tpu_op *op);
 
 /* For a REDUCE record that a group may hold, the elements of one row (one
  * output's inputs), else 0: tpu_op_row_length's rows (each output computed
@@ -217,6 +238,51 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *pla
  * remaining items still run. */
 tpu_status tpu_fuse_run_tiles(const tpu_fuse_plan *plan, int c, void *scratch, int64_t w0,
                               int64_t w1, int *failed);
+
+/* ------------------------------------------------------ matmul groups
+ *
+ * A matmul group runs as its product, split into shares as the product
+ * splits itself (tpu_op_run_blocks): each share, on each block of out it
+ * finishes, runs every epilogue step on the block in stream order, row
+ * piece by row piece of at most the cluster's chunk (a block of whole
+ * rows of flat views as one run), while the block is still in cache.
+ * Each step is the same kernel on the same elements, so the bytes are
+ * strict mode's; the planner admitted only steps that read and write
+ * the product's out elements at their own (i, j), and none that writes
+ * what the product reads. */
+
+/* The most shares a matmul group runs on. */
+#define TPU_FUSE_MAX_SHARES 1024
+
+/* A matmul group while it runs: filled by tpu_fuse_mm_begin, shared by
+ * the shares (each writes only its own entries). */
+typedef struct {
+    const tpu_fuse_plan *plan;
+    void *const *scratch; /* per share, TPU_FUSE_SCRATCH_BYTES each */
+    /* Every epilogue step has a flat run that fits its views: span[i] is
+     * step i's. Else each step runs as its record cut to the piece. */
+    bool spans;
+    /* Every view is flat over out's rows or one value: a block of whole
+     * rows runs as one flat run. */
+    bool rows_flat;
+    tpu_op_span span[TPU_FUSE_MM_MAX_STEPS + 1];
+    tpu_op_block_hook hook;
+    int failed[TPU_FUSE_MAX_SHARES]; /* per share: its lowest failing step, or n_steps */
+    tpu_status status[TPU_FUSE_MAX_SHARES];
+    char msg[4][512]; /* the first shares' messages; later ones read generic */
+} tpu_fuse_mm_run;
+
+/* Prepares r to run matmul group p (p->matmul) with per-share scratch. */
+void tpu_fuse_mm_begin(tpu_fuse_mm_run *r, const tpu_fuse_plan *p, void *const *scratch);
+
+/* Runs share ith of nth (nth <= TPU_FUSE_MAX_SHARES) of the group on the
+ * calling thread: the product's share with the epilogue on each block.
+ * Failures are kept in r for tpu_fuse_mm_end; returns TPU_OK. */
+tpu_status tpu_fuse_mm_share(tpu_fuse_mm_run *r, int ith, int nth);
+
+/* After all nth shares ran: TPU_OK, or the lowest failing step in
+ * *failed (0: the product) with its status and message. */
+tpu_status tpu_fuse_mm_end(const tpu_fuse_mm_run *r, int nth, int *failed);
 
 /* Bytes of scratch one thread needs to run any group. */
 #define TPU_FUSE_SCRATCH_BYTES ((int64_t)TPU_FUSE_MAX_SLOTS * TPU_FUSE_TILE_MAX * 8)

@@ -43,6 +43,8 @@ bool tpu_fuse_fusable(const tpu_op *op) {
         if (tpu_fuse_row_length(op) == 0)
             return false;
         break;
+    case TPU_OP_MATMUL:
+        break;
     default:
         return false;
     }
@@ -61,6 +63,10 @@ bool tpu_fuse_fusable(const tpu_op *op) {
             if (!contiguous(k == 0 ? &op->out : &op->in[k - 1]))
                 return false;
     return true;
+}
+
+bool tpu_fuse_starts_group(const tpu_op *op) {
+    return op->code == TPU_OP_MATMUL;
 }
 
 /* ------------------------------------------------------------ views */
@@ -117,6 +123,33 @@ static bool same_view(const tpu_fuse_view *a, const tpu_fuse_view *b) {
 
 static bool overlap(const tpu_fuse_view *a, const tpu_fuse_view *b) {
     return a->lo < b->hi && b->lo < a->hi;
+}
+
+/* Sets v's row and column strides over a product's out of n columns
+ * (its elements in row-major order are v's): false if v is no [M, n]
+ * tensor with a column stride of 0 or 1 (or n == 1). Its canonical form
+ * has maximal dims, so one dim covering all elements, or two split
+ * exactly at n, are the only forms with one stride per side. */
+static bool as_rows(tpu_fuse_view *v, int64_t n) {
+    int64_t rs, cs;
+    if (v->cdims == 0) {
+        rs = cs = 0;
+    } else if (v->cdims == 1) {
+        rs = n * v->cstrides[0];
+        cs = v->cstrides[0];
+    } else if (v->cdims == 2 && v->csizes[1] == n) {
+        rs = v->cstrides[0];
+        cs = v->cstrides[1];
+    } else {
+        return false;
+    }
+    if (n == 1) /* one column: pieces are one element long */
+        cs = 1;
+    if (cs != 0 && cs != 1)
+        return false;
+    v->row_stride = rs;
+    v->col_stride = cs;
+    return true;
 }
 
 /* ------------------------------------------------------------ shape */
@@ -333,7 +366,10 @@ static int64_t row_step_length(const tpu_fuse_plan *p, const tpu_op *op, int64_t
  * views added) when it keeps the group safe and within its limits, else
  * false and the plan unchanged. */
 static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
-    if (p->n_steps == TPU_FUSE_MAX_OPS)
+    if (p->n_steps == TPU_FUSE_MAX_OPS || op->code == TPU_OP_MATMUL)
+        return false;
+    /* A matmul group's epilogue: element-wise records on out's elements. */
+    if (p->matmul && (op->code == TPU_OP_REDUCE || p->n_steps > TPU_FUSE_MM_MAX_STEPS))
         return false;
     const tpu_tensor own = operand(op, 0, 0); /* a reduction's: its input's shape */
     int64_t numel = numel_of(&own);
@@ -344,7 +380,7 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     else
         while (c < p->n_clusters && p->clusters[c].numel != numel)
             c++;
-    if (c == TPU_FUSE_MAX_CLUSTERS)
+    if (c == TPU_FUSE_MAX_CLUSTERS || (p->matmul && c != 0))
         return false;
     boundaries merged = {0, {0}};
     if (c < p->n_clusters) {
@@ -364,7 +400,7 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
         n_added += added;
         boundaries b;
         boundaries_of(nv[k].csizes, nv[k].cdims, &b);
-        if (nv[k].storage < 0 || !refine(&merged, &b)) {
+        if (nv[k].storage < 0 || !refine(&merged, &b) || (p->matmul && !as_rows(&nv[k], p->mm_cols))) {
             drop_storages(p, n_added);
             return false;
         }
@@ -445,6 +481,61 @@ static bool add_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     return true;
 }
 
+/* Starts a matmul group with MATMUL record `op`: its out as the view of
+ * cluster 0, its inputs as views of no cluster (read, never written, by
+ * the group). False (and the plan unchanged) when out is no [M, N]
+ * tensor with unit column stride or shares a byte with an input. */
+static bool add_mm_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
+    const int64_t n = op->out.sizes[1];
+    tpu_fuse_view nv[1 + TPU_OP_MAX_IN];
+    int n_views = 0, n_added = 0;
+    for (int k = 0; k <= op->n_in && k <= 3; k++) {
+        const tpu_tensor *t = k == 0 ? &op->out : &op->in[k - 1];
+        if (tpu_tensor_is_absent(t))
+            continue;
+        tpu_fuse_view *v = &nv[n_views];
+        describe(t, v);
+        bool added = false;
+        v->storage = storage_of(p, t, &added);
+        n_added += added;
+        bool ok = v->storage >= 0 && (k > 0 || (as_rows(v, n) && v->col_stride == 1));
+        if (k > 0 && ok)
+            ok = !overlap(v, &nv[0]);
+        if (!ok) {
+            drop_storages(p, n_added);
+            return false;
+        }
+        v->cluster = k == 0 ? 0 : -1;
+        v->written = k == 0;
+        n_views++;
+    }
+    for (int k = 0; k < n_views; k++) {
+        tpu_fuse_storage *st = &p->storages[nv[k].storage];
+        nv[k].next_of_storage = st->first_view;
+        st->first_view = p->n_views;
+        p->views[p->n_views++] = nv[k];
+    }
+    tpu_fuse_cluster *cl = &p->clusters[0];
+    memset(cl, 0, sizeof *cl);
+    cl->numel = numel_of(&op->out);
+    boundaries b;
+    boundaries_of(nv[0].csizes, nv[0].cdims, &b);
+    cl->n_bounds = b.n;
+    memcpy(cl->bounds, b.b, sizeof cl->bounds);
+    cl->n_steps = 1;
+    p->n_clusters = 1;
+    tpu_fuse_step *s = &p->steps[p->n_steps++];
+    memset(s, 0, sizeof *s);
+    s->op = op;
+    s->entry = entry;
+    s->n_operands = 1; /* its inputs are no views of the cluster */
+    s->view[0] = 0;
+    s->slot[0] = -1;
+    p->matmul = true;
+    p->mm_cols = n;
+    return true;
+}
+
 /* The views a free marker kills: those of the storage the freed block
  * starts with that lie inside the block (-1 ends the list). A view of
  * another storage inside the block is not seen: it is then written, which
@@ -506,7 +597,8 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         for (int k = 1; k < s->n_operands; k++)
             s->slot[k] = cur[s->view[k]];
         int v = s->view[0], old = cur[v], slot = -1;
-        if (dies[i] && !p->views[v].read_later && !p->views[v].broadcast)
+        if (dies[i] && !p->views[v].read_later && !p->views[v].broadcast &&
+            s->op->code != TPU_OP_MATMUL) /* a product writes its out in memory */
             for (int c = 0; c < TPU_FUSE_MAX_SLOTS && slot < 0; c++)
                 if (!taken[c])
                     slot = c;
@@ -693,8 +785,14 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
     p->n_views = 0;
     p->n_clusters = 0;
     p->n_storages = 0;
+    p->matmul = false;
     memset(p->hash, 0, sizeof p->hash);
     int taken = 0;
+    if (entries[0].op != NULL && entries[0].op->code == TPU_OP_MATMUL) {
+        if (!add_mm_step(p, entries[0].op, 0))
+            return 1;
+        taken = 1;
+    }
     while (taken < n) {
         const tpu_fuse_entry *e = &entries[taken];
         if (e->op != NULL && !add_step(p, e->op, taken))
@@ -708,6 +806,8 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
     for (int c = 0; c < p->n_clusters; c++)
         cluster_shape(&p->clusters[c]);
     for (int v = 0; v < p->n_views; v++) {
+        if (p->views[v].cluster < 0) /* a product's input */
+            continue;
         const tpu_fuse_cluster *cl = &p->clusters[p->views[v].cluster];
         cluster_strides(&p->views[v], cl->sizes, cl->ndim);
         classify_layout(&p->views[v], cl->sizes, cl->ndim);

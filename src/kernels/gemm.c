@@ -529,13 +529,18 @@ static void run_tiles(const gemm_plan *p, int64_t kb, int64_t mb, int64_t nb, co
 #endif
 }
 
-tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
+tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook) {
     if (op->out.dtype == TPU_DTYPE_F64 || op->in[0].sizes[1] == 0)
-        return tpu_k_mm_ref(op, ith, nth);
+        return tpu_k_mm_ref_blocks(op, ith, nth, hook);
     int64_t m0, m1, n0, n1;
     tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
-    if (m0 >= m1 || n0 >= n1 || tpu_k_gemv(op, m0, m1, n0, n1))
+    if (m0 >= m1 || n0 >= n1)
         return TPU_OK;
+    if (tpu_k_gemv(op, m0, m1, n0, n1)) {
+        if (hook) /* a few rows: the whole share is one block */
+            hook->run(hook, ith, m0, m1 - m0, n0, n1 - n0);
+        return TPU_OK;
+    }
     const gemm_plan plan = plan_of(op);
     pack_ctx cx = {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
                    tpu_k_mm_passes(op)};
@@ -584,7 +589,13 @@ tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
             }
             /* The chains are complete: finish and store this C block. */
             tpu_k_gemm_store_block(op, ip, pm, jc, nb, cbuf, ldc);
+            if (hook)
+                hook->run(hook, ith, ip, pm, jc, nb);
         }
     }
     return TPU_OK;
+}
+
+tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth) {
+    return tpu_k_mm_fast_blocks(op, ith, nth, NULL);
 }

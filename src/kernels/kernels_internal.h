@@ -178,6 +178,10 @@ int64_t tpu_k_reduce_scratch_bytes(const tpu_op *op);   /* the split's partials 
 /* MATMUL (matmul.c; packed GEMM in gemm.c). */
 tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);
+/* The same, reporting finished blocks of out to hook (NULL: none), as
+ * tpu_op_run_blocks promises. */
+tpu_status tpu_k_mm_ref_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook);
+tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook);
 
 /* RANDOM (random.c): the counter-based reference kernel, and a
  * fast NORMAL for row-major contiguous f32/f16/bf16 that generates the

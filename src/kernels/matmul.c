@@ -99,9 +99,15 @@ void tpu_k_mm_ref_block(const tpu_op *op, int64_t m0, int64_t m1, int64_t n0, in
         }
 }
 
-tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
+tpu_status tpu_k_mm_ref_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook) {
     int64_t m0, m1, n0, n1;
     tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
     tpu_k_mm_ref_block(op, m0, m1, n0, n1);
+    if (hook && m0 < m1 && n0 < n1)
+        hook->run(hook, ith, m0, m1 - m0, n0, n1 - n0);
     return TPU_OK;
+}
+
+tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth) {
+    return tpu_k_mm_ref_blocks(op, ith, nth, NULL);
 }

@@ -630,6 +630,21 @@ tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
     return tpu_op_run_phase(op, 0, ith, nth);
 }
 
+tpu_status tpu_op_run_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook) {
+    if (op == NULL || hook == NULL || hook->run == NULL)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run_blocks: %s is NULL",
+                             op == NULL ? "op" : "hook");
+    if (op->code != TPU_OP_MATMUL || op->fn < 0 || op->fn >= k_fns[op->code].count)
+        return tpu_set_error(TPU_ERR_INVALID_ARG,
+                             "tpu_op_run_blocks: opcode %d, function %d is no matrix product",
+                             (int)op->code, (int)op->fn);
+    if (nth < 1 || ith < 0 || ith >= nth)
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: share ith=%d of nth=%d is out of range",
+                             tpu_k_op_label(op), ith, nth);
+    return tpu_kernels_get_reference() ? tpu_k_mm_ref_blocks(op, ith, nth, hook)
+                                       : tpu_k_mm_fast_blocks(op, ith, nth, hook);
+}
+
 bool tpu_op_span_of(const tpu_op *op, tpu_op_span *s) {
     if (op == NULL || s == NULL || tpu_kernels_get_reference() || op->n_in > 3 ||
         !op_code_valid(op->code) || op->fn < 0 || op->fn >= k_fns[op->code].count ||

@@ -88,7 +88,7 @@ typedef struct entry {
  * entry_args follow it. */
 typedef struct {
     uint16_t kind;   /* entry_kind */
-    uint16_t hold;   /* queued in fused mode and fusable: the worker may hold it */
+    uint16_t hold;   /* queued in fused mode and fusable: the worker may hold it (hold_kind) */
     uint32_t nbytes; /* the whole entry, this head included; a multiple of 16 */
     uint64_t seq;
 } ring_head;
@@ -335,6 +335,17 @@ static void entry_unpack(const ring_head *h, entry *e) {
  * the target runs each group as one pass over memory; a record that joins
  * no group runs as in strict mode. Deferred work is bounded by the ring,
  * as in strict mode. */
+/* What `hold` says of an entry. A record that only starts groups (a
+ * matrix product, whose epilogue follows it) ends the run before it and
+ * heads the next. */
+enum hold_kind { HOLD_NONE = 0, HOLD_JOINS, HOLD_STARTS };
+
+static uint16_t hold_of(const tpu_op *op) {
+    if (tpu_mode_get() != TPU_MODE_FUSED || !tpu_fuse_fusable(op))
+        return HOLD_NONE;
+    return tpu_fuse_starts_group(op) ? HOLD_STARTS : HOLD_JOINS;
+}
+
 #define HOLD_MAX_ENTRIES 2048
 #define HOLD_GAP_NS 2000000
 #define HOLD_MAX_NS 20000000
@@ -427,7 +438,7 @@ static void scan_held_locked(const tpu_stream *s, held_run *r) {
             off = 0;
             continue;
         }
-        if (!h->hold) {
+        if (h->hold == HOLD_NONE || (h->hold == HOLD_STARTS && r->n > 0)) {
             r->ended = true;
             break;
         }
@@ -685,7 +696,7 @@ static int64_t find_room_locked(const tpu_stream *s, uint32_t nbytes, bool *pad)
  * makes the caller wait, between the wait hooks, for the worker to free
  * some. */
 static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entry_args *args,
-                    bool hold, uint64_t *seq) {
+                    uint16_t hold, uint64_t *seq) {
     uint32_t nbytes = (uint32_t)(sizeof(ring_head) + (kind == ENTRY_OP ? tpu_record_packed_size(op)
                                                                        : (sizeof *args + 15) & ~15u));
     pthread_mutex_lock(&s->lock);
@@ -733,7 +744,7 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
     /* Only one thread ever waits on work_cv, the worker. One holding
      * records is woken only by what ends its run. */
     if (s->worker_sleeping &&
-        (!hold || !atomic_load_explicit(&s->holding, memory_order_relaxed) ||
+        (hold != HOLD_JOINS || !atomic_load_explicit(&s->holding, memory_order_relaxed) ||
          h->seq - atomic_load_explicit(&s->completed_seq, memory_order_relaxed) >= HOLD_MAX_ENTRIES))
         pthread_cond_signal(&s->work_cv);
     if (seq)
@@ -944,7 +955,7 @@ tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
         entry e = {.kind = ENTRY_OP, .u.op = *op};
         return run_inline(s, &e);
     }
-    enqueue(s, ENTRY_OP, op, NULL, tpu_mode_get() == TPU_MODE_FUSED && tpu_fuse_fusable(op), NULL);
+    enqueue(s, ENTRY_OP, op, NULL, hold_of(op), NULL);
     return TPU_OK;
 }
 
@@ -958,20 +969,20 @@ tpu_status tpu_stream_submit_host_fn(tpu_stream *s, void (*fn)(void *ctx), void 
     entry e = {.kind = ENTRY_HOST_FN, .u.a.host = {fn, ctx}};
     if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    enqueue(s, ENTRY_HOST_FN, NULL, &e.u.a, false, NULL);
+    enqueue(s, ENTRY_HOST_FN, NULL, &e.u.a, HOLD_NONE, NULL);
     return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_record(tpu_stream *s, tpu_event *event, uint64_t gen,
                                            uint64_t *seq) {
     entry_args a = {.record = {event, gen}};
-    enqueue(s, ENTRY_EVENT_RECORD, NULL, &a, false, seq);
+    enqueue(s, ENTRY_EVENT_RECORD, NULL, &a, HOLD_NONE, seq);
     return TPU_OK;
 }
 
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *s, tpu_stream *other, uint64_t seq) {
     entry_args a = {.wait = {other, seq}};
-    enqueue(s, ENTRY_EVENT_WAIT, NULL, &a, false, NULL);
+    enqueue(s, ENTRY_EVENT_WAIT, NULL, &a, HOLD_NONE, NULL);
     return TPU_OK;
 }
 
@@ -988,7 +999,7 @@ tpu_status tpu_stream_wait_signal(tpu_stream *s, tpu_signal *signal, int64_t tim
                .u.a.signal = {signal, tpu_signal_deadline_ns(timeout_ms)}};
     if (tpu_mode_get() == TPU_MODE_DEBUG)
         return run_inline(s, &e);
-    enqueue(s, ENTRY_SIGNAL_WAIT, NULL, &e.u.a, false, NULL);
+    enqueue(s, ENTRY_SIGNAL_WAIT, NULL, &e.u.a, HOLD_NONE, NULL);
     return TPU_OK;
 }
 
@@ -996,7 +1007,7 @@ void tpu_stream_enqueue_free(tpu_stream *s, const void *ptr, uint64_t nbytes) {
     if (t_is_worker)
         return;
     entry_args a = {.free = {ptr, nbytes}};
-    enqueue(s, ENTRY_FREE, NULL, &a, true, NULL);
+    enqueue(s, ENTRY_FREE, NULL, &a, HOLD_JOINS, NULL);
 }
 
 /* ------------------------------------------------------ synchronisation */

@@ -181,6 +181,29 @@ static tpu_status run_group_share(void *ctx, int ith, int nth) {
     return TPU_OK; /* the caller picks the lowest failing step, not the lowest share */
 }
 
+_Static_assert(TPU_FUSE_MAX_SHARES >= TPU_THREADS_MAX, "a matmul group's shares");
+
+static tpu_status run_mm_share(void *ctx, int ith, int nth) {
+    return tpu_fuse_mm_share(ctx, ith, nth);
+}
+
+/* A matmul group runs on as many shares as its product would. */
+static tpu_status execute_matmul_group(const tpu_fuse_plan *plan, void *const *scratch,
+                                       int n_scratch, int *failed) {
+    static _Thread_local tpu_fuse_mm_run r; /* 20 KiB: per stream worker, not on its stack */
+    tpu_fuse_mm_begin(&r, plan, scratch);
+    int nth = tpu_op_max_threads(plan->steps[0].op);
+    if (nth > n_scratch)
+        nth = n_scratch;
+    if (nth <= 1) {
+        nth = 1;
+        tpu_fuse_mm_share(&r, 0, 1);
+    } else {
+        tpu_pool_run(run_mm_share, &r, nth);
+    }
+    return tpu_fuse_mm_end(&r, nth, failed);
+}
+
 /* Clusters run one after another; a cluster's work items are
  * independent, so shares split them. A cluster worth less than about 64K
  * element-steps runs on one thread. The error kept is the lowest failing step's, which
@@ -188,6 +211,8 @@ static tpu_status run_group_share(void *ctx, int ith, int nth) {
 static tpu_status host_execute_group(int chip, const tpu_fuse_plan *plan, void *const *scratch,
                                      int n_scratch, int *failed) {
     (void)chip;
+    if (plan->matmul)
+        return execute_matmul_group(plan, scratch, n_scratch, failed);
     static _Thread_local group_ctx g; /* 40 KiB: per stream worker, not on its stack */
     g.plan = plan;
     g.scratch = scratch;

@@ -802,6 +802,28 @@ TPU_API tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nt
 /* tpu_op_run_phase(op, 0, ith, nth): the whole op for single-phase ops. */
 TPU_API tpu_status tpu_op_run(const tpu_op *op, int ith, int nth);
 
+/* Where a matrix product reports the blocks of its out it has finished:
+ * fused mode runs a matmul's element-wise epilogue (bias, activation) on
+ * each block while it is still in cache. run is called on the share's
+ * thread with that share's ith. */
+typedef struct tpu_op_block_hook tpu_op_block_hook;
+struct tpu_op_block_hook {
+    void (*run)(const tpu_op_block_hook *h, int ith, int64_t i0, int64_t mb, int64_t j0,
+                int64_t nb);
+    void *ctx;
+};
+
+/* Runs share `ith` of `nth` of a checked MATMUL record exactly as
+ * tpu_op_run does (the same bytes), and calls hook->run(hook, ith, i0,
+ * mb, j0, nb) for blocks of out, rows [i0, i0 + mb) x columns [j0, j0 +
+ * nb) with mb, nb >= 1: every element of the share's part of out lies in
+ * exactly one block, and each block is reported once all of its elements
+ * hold their final values, before the share returns. Blocks of different
+ * shares never meet. TPU_ERR_INVALID_ARG for another family or a NULL
+ * hook. */
+TPU_API tpu_status tpu_op_run_blocks(const tpu_op *op, int ith, int nth,
+                                     const tpu_op_block_hook *hook);
+
 /* Instruction-set levels of the fast kernel variants, lowest first. Every
  * fast path has a portable C variant; AVX2 variants need avx2 and fma;
  * AVX-512 ones (vector math, the GEMM micro-kernel and what runs on it,
