@@ -54,13 +54,26 @@
  * up to 8 bytes, a thread's scratch is 1 MiB. */
 #define TPU_FUSE_TILE_MAX 16384
 
-/* An entry of a held run as the planner sees it: a record, or a marker
- * saying that the host freed the block [free_ptr, free_ptr + free_nbytes)
- * at this point of the stream (nothing after it may read what it held). */
+/* An entry of a held run as the planner sees it: a record, or one of the
+ * allocator's markers on the block [block, block + nbytes). Only FREED
+ * changes a plan (nothing after it may read what the block held);
+ * ALLOCATED and RELEASED are there so that device memory can be counted in
+ * stream order (tpu_fuse_unwritten_blocks). */
+typedef enum {
+    TPU_FUSE_RECORD,
+    TPU_FUSE_FREED,     /* the host freed the block here */
+    TPU_FUSE_ALLOCATED, /* the host allocated the block here */
+    TPU_FUSE_RELEASED,  /* freed, but another stream's work may still read it */
+} tpu_fuse_entry_kind;
+
 typedef struct {
-    const tpu_op *op; /* NULL for a free marker */
-    const void *free_ptr;
-    uint64_t free_nbytes;
+    tpu_fuse_entry_kind kind;
+    const tpu_op *op; /* a record's; NULL for a marker */
+    const void *block;
+    uint64_t nbytes;
+    /* FREED: no other stream ever used the block, so what this stream's
+     * group writes is all that was written to it. */
+    bool pairs;
 } tpu_fuse_entry;
 
 /* A view of a group, with its strides over the group's shape. */
@@ -212,12 +225,23 @@ bool tpu_fuse_starts_group(const tpu_op *op);
 int64_t tpu_fuse_row_length(const tpu_op *op);
 
 /* Plans the group that starts at entries[0] (a run of n >= 1 entries,
- * records that tpu_fuse_fusable accepts and free markers): takes entries
+ * records that tpu_fuse_fusable accepts and markers): takes entries
  * while the group stays safe and within the limits above, and returns how
  * many it took (>= 1). plan->n_steps is the number of records among them;
  * with fewer than 2 the caller runs the record (if any) on its own and the
  * plan's other fields are unspecified. */
 int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *plan);
+
+/* For the group just planned from entries[0, n) (n: what
+ * tpu_fuse_plan_group took; the plan run fused): sets unwritten[e] for
+ * the markers of every block that lives and dies inside the group without
+ * being written to memory: an ALLOCATED marker and the first FREED (with
+ * `pairs`) of the same block after it, with no step between them writing
+ * memory of that block (each of its writes went to a scratch slot). The
+ * device never held those bytes, so they are never counted as allocated.
+ * Every other entry's flag is cleared. */
+void tpu_fuse_unwritten_blocks(const tpu_fuse_plan *plan, const tpu_fuse_entry *entries, int n,
+                               bool *unwritten);
 
 /* Bounds of a cluster's chunk (tpu_fuse_cluster.chunk): elements per
  * chunk when a part runs as flat runs (tile.c), its operands' chunks

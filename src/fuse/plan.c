@@ -541,12 +541,12 @@ static bool add_mm_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
  * another storage inside the block is not seen: it is then written, which
  * is only a missed saving. */
 static int first_killed(const tpu_fuse_plan *p, const tpu_fuse_entry *e) {
-    int i = find_storage(p, (uintptr_t)e->free_ptr);
+    int i = find_storage(p, (uintptr_t)e->block);
     return i < 0 ? -1 : p->storages[i].first_view;
 }
 
 static bool marker_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
-    uintptr_t lo = (uintptr_t)e->free_ptr, hi = lo + (uintptr_t)e->free_nbytes;
+    uintptr_t lo = (uintptr_t)e->block, hi = lo + (uintptr_t)e->nbytes;
     return v->lo >= lo && v->hi <= hi;
 }
 
@@ -564,7 +564,9 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
     static _Thread_local bool killed[TPU_FUSE_MAX_VIEWS], dies[TPU_FUSE_MAX_OPS];
     memset(killed, 0, (size_t)p->n_views * sizeof killed[0]);
     for (int e = n_entries - 1, i = p->n_steps - 1; e >= 0; e--) {
-        if (entries[e].op == NULL) {
+        if (entries[e].kind != TPU_FUSE_RECORD) {
+            if (entries[e].kind != TPU_FUSE_FREED)
+                continue;
             for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
                 if (marker_kills(&entries[e], &p->views[v]))
                     killed[v] = true;
@@ -583,7 +585,9 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
     p->bytes_elided = 0;
     int i = 0;
     for (int e = 0; e < n_entries; e++) {
-        if (entries[e].op == NULL) {
+        if (entries[e].kind != TPU_FUSE_RECORD) {
+            if (entries[e].kind != TPU_FUSE_FREED)
+                continue;
             for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
                 if (cur[v] >= 0 && marker_kills(&entries[e], &p->views[v])) {
                     busy[slot_part[v]][cur[v]] = false;
@@ -788,14 +792,14 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
     p->matmul = false;
     memset(p->hash, 0, sizeof p->hash);
     int taken = 0;
-    if (entries[0].op != NULL && entries[0].op->code == TPU_OP_MATMUL) {
+    if (entries[0].kind == TPU_FUSE_RECORD && entries[0].op->code == TPU_OP_MATMUL) {
         if (!add_mm_step(p, entries[0].op, 0))
             return 1;
         taken = 1;
     }
     while (taken < n) {
         const tpu_fuse_entry *e = &entries[taken];
-        if (e->op != NULL && !add_step(p, e->op, taken))
+        if (e->kind == TPU_FUSE_RECORD && !add_step(p, e->op, taken))
             break;
         taken++;
     }
@@ -820,4 +824,37 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
     for (int c = 0; c < p->n_clusters; c++)
         plan_tiles(p, c);
     return taken;
+}
+
+void tpu_fuse_unwritten_blocks(const tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n,
+                               bool *unwritten) {
+    /* Per storage: the entry of its open ALLOCATED marker (-1: none), and
+     * whether a step wrote its memory since. A block no step touches has
+     * no storage in the plan and is counted as usual. */
+    static _Thread_local int32_t open_at[TPU_FUSE_MAX_STORAGES];
+    static _Thread_local bool written[TPU_FUSE_MAX_STORAGES];
+    for (int k = 0; k < p->n_storages; k++)
+        open_at[k] = -1;
+    memset(unwritten, 0, (size_t)n * sizeof *unwritten);
+    for (int e = 0, i = 0; e < n; e++) {
+        const tpu_fuse_entry *en = &entries[e];
+        if (en->kind == TPU_FUSE_RECORD) { /* steps are in entry order */
+            const tpu_fuse_step *s = &p->steps[i++];
+            if (s->slot[0] < 0)
+                written[p->views[s->view[0]].storage] = true;
+            continue;
+        }
+        int k = find_storage(p, (uintptr_t)en->block);
+        if (k < 0 || p->storages[k].hi > (uintptr_t)en->block + en->nbytes)
+            continue;
+        if (en->kind == TPU_FUSE_ALLOCATED) {
+            open_at[k] = e;
+            written[k] = false;
+        } else if (en->kind == TPU_FUSE_FREED && open_at[k] >= 0) {
+            const tpu_fuse_entry *a = &entries[open_at[k]];
+            if (en->pairs && !written[k] && a->nbytes == en->nbytes)
+                unwritten[open_at[k]] = unwritten[e] = true;
+            open_at[k] = -1;
+        }
+    }
 }

@@ -472,10 +472,42 @@ static tpu_status out_of_memory(allocator *a, int s, size_t nbytes, bool host_fa
                          fraction, host_failed ? "; the host itself has no memory left" : "");
 }
 
-/* Hands out b to the caller: the statistics and the ALLOC event. */
-static void hand_out(allocator *a, block *b, size_t nbytes, void *context) {
+void tpu_mem_mark_ran(int chip, const tpu_block_mark *m, bool written) {
+    allocator *a = &g_alloc[chip];
+    tpu_mem_pool pool = (tpu_mem_pool)m->pool;
+    pthread_mutex_lock(&a->lock);
+    if (written && m->kind == TPU_MARK_ALLOC) {
+        tpu_mem_stat_raise(a->stats.allocation, pool, 1);
+        tpu_mem_stat_raise(a->stats.allocated_bytes, pool, (int64_t)m->nbytes);
+    } else if (written) {
+        tpu_mem_stat_lower(a->stats.allocation, pool, 1);
+        tpu_mem_stat_lower(a->stats.allocated_bytes, pool, (int64_t)m->nbytes);
+    }
+    a->marks_queued--;
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Queues m on `own`, counted in marks_queued first (the worker may run
+ * it at once). False if nothing was queued. */
+static bool queue_mark(allocator *a, tpu_stream *own, const tpu_block_mark *m) {
+    pthread_mutex_lock(&a->lock);
+    a->marks_queued++;
+    pthread_mutex_unlock(&a->lock);
+    if (tpu_stream_enqueue_mark(own, m))
+        return true;
+    pthread_mutex_lock(&a->lock);
+    a->marks_queued--;
+    pthread_mutex_unlock(&a->lock);
+    return false;
+}
+
+/* Hands out b to the caller: the statistics and the ALLOC event. With
+ * by_mark the block is counted as allocated when its ALLOC mark runs. */
+static void hand_out(allocator *a, block *b, size_t nbytes, void *context, bool by_mark) {
     b->place = TPU_MEM_BLOCK_LIVE;
     b->requested = nbytes;
+    b->counted_by_mark = by_mark;
+    b->used_elsewhere = false;
     if (tpu_mem_keeps_block_context(a)) {
         b->context = context;
         tpu_mem_context_retain(context);
@@ -483,8 +515,10 @@ static void hand_out(allocator *a, block *b, size_t nbytes, void *context) {
     live_insert(a, b);
     tpu_mem_stats *m = &a->stats;
     tpu_mem_pool pool = tpu_mem_pool_of(b->segment->size);
-    tpu_mem_stat_raise(m->allocation, pool, 1);
-    tpu_mem_stat_raise(m->allocated_bytes, pool, (int64_t)b->size);
+    if (!by_mark) {
+        tpu_mem_stat_raise(m->allocation, pool, 1);
+        tpu_mem_stat_raise(m->allocated_bytes, pool, (int64_t)b->size);
+    }
     tpu_mem_stat_raise(m->active, pool, 1);
     tpu_mem_stat_raise(m->active_bytes, pool, (int64_t)b->size);
     tpu_mem_stat_raise(m->requested_bytes, pool, (int64_t)nbytes);
@@ -514,6 +548,10 @@ tpu_status tpu_mem_alloc_ctx(int chip, size_t nbytes, tpu_stream *stream, void *
 
     allocator *a = &g_alloc[chip];
     int s = stream ? tpu_stream_index(stream) : 0;
+    /* Fused mode counts the block in stream order (see tpu_mem_mark_ran). */
+    tpu_stream *own = stream ? stream : tpu_stream_peek(chip, s);
+    const bool by_mark = own && tpu_mode_get() == TPU_MODE_FUSED && !tpu_stream_on_worker();
+    tpu_block_mark mark = {.kind = TPU_MARK_ALLOC};
     pthread_mutex_lock(&a->lock);
     if (nbytes > a->capacity) { /* hopeless: no need to flush anything */
         st = out_of_memory(a, s, nbytes, false, context);
@@ -550,10 +588,17 @@ tpu_status tpu_mem_alloc_ctx(int chip, size_t nbytes, tpu_stream *stream, void *
     }
     if (st == TPU_OK) {
         b->stream = s;
-        hand_out(a, b, nbytes, context);
+        hand_out(a, b, nbytes, context, by_mark);
         *out = b->ptr;
+        mark.ptr = b->ptr;
+        mark.nbytes = b->size;
+        mark.pool = (uint8_t)tpu_mem_pool_of(b->segment->size);
     }
     pthread_mutex_unlock(&a->lock);
+    /* Unlocked: a full ring makes the caller wait for the worker. Queued
+     * before the caller can queue anything that uses the block. */
+    if (st == TPU_OK && by_mark) /* queued: by_mark is never set on a worker */
+        (void)queue_mark(a, own, &mark);
     return st;
 }
 
@@ -568,11 +613,13 @@ static bool use_pending_at_free(block_use *u) {
 /* Frees a block that was just unlinked from the live map: completes the
  * free at once, or parks the block on the pending list while work recorded
  * on other streams may use it. `context` is the free's, or NULL. */
-static void free_block(allocator *a, block *b, void *context) {
+static void free_block(allocator *a, block *b, void *context, bool counted_out_by_mark) {
     tpu_mem_stats *m = &a->stats;
     tpu_mem_pool pool = tpu_mem_pool_of(b->segment->size);
-    tpu_mem_stat_lower(m->allocation, pool, 1);
-    tpu_mem_stat_lower(m->allocated_bytes, pool, (int64_t)b->size);
+    if (!counted_out_by_mark) {
+        tpu_mem_stat_lower(m->allocation, pool, 1);
+        tpu_mem_stat_lower(m->allocated_bytes, pool, (int64_t)b->size);
+    }
     tpu_mem_record_event(a, TPU_MEM_ACTION_FREE_REQUESTED, b->stream, (uint64_t)(uintptr_t)b->ptr,
                          b->requested, 0, context ? context : b->context);
 
@@ -595,31 +642,47 @@ static void free_block(allocator *a, block *b, void *context) {
     }
 }
 
-/* Fused mode: tells the block's stream, in stream order, that what the
+/* Queues the mark of a free on the block's stream, in stream order, and
+ * returns whether it did (the mark then counts the block out of the
+ * allocated statistics as it runs). In fused mode it is a FREE: what the
  * block holds is dead from here on, so that a fused group need not write
- * values nobody can read. Queued before the block can be handed out
- * again (the caller still owns it), and only for a block no other stream
- * may still read (no record_stream use pending). Unlocked while queueing:
- * a full ring makes the caller wait for the worker, which may itself free
- * memory. */
-static void queue_free_marker(const void *ptr, int chips) {
+ * values nobody can read; but a RELEASE (counting only) while another
+ * stream's recorded work may still read the block. Outside fused mode
+ * only a block counted in by a mark gets one (a RELEASE). Queued before
+ * the block can be handed out again (the caller still owns it), and
+ * unlocked: a full ring makes the caller wait for the worker, which may
+ * itself free memory. */
+static bool queue_free_mark(const void *ptr, int chips) {
+    if (tpu_stream_on_worker())
+        return false;
+    const bool fused = tpu_mode_get() == TPU_MODE_FUSED;
     for (int c = 0; c < chips; c++) {
         allocator *a = &g_alloc[c];
         pthread_mutex_lock(&a->lock);
         block *b = live_get(a, ptr);
         bool pending = false;
-        int index = b ? b->stream : 0;
-        size_t size = b ? b->size : 0;
-        for (int i = 0; b && i < b->n_uses; i++)
-            pending = pending || use_pending_at_free(&b->uses[i]);
+        tpu_block_mark m = {.ptr = ptr};
+        int index = 0;
+        bool by_mark = false;
+        if (b) {
+            for (int i = 0; i < b->n_uses; i++)
+                pending = pending || use_pending_at_free(&b->uses[i]);
+            index = b->stream;
+            by_mark = b->counted_by_mark;
+            m.nbytes = b->size;
+            m.pool = (uint8_t)tpu_mem_pool_of(b->segment->size);
+            m.kind = fused && !pending ? TPU_MARK_FREE : TPU_MARK_RELEASE;
+            m.pairs = !b->used_elsewhere;
+        }
         pthread_mutex_unlock(&a->lock);
         if (!b)
             continue;
         tpu_stream *own = tpu_stream_peek(c, index);
-        if (own && !pending)
-            tpu_stream_enqueue_free(own, ptr, size);
-        return;
+        if (!own || !(fused || by_mark))
+            return false;
+        return queue_mark(a, own, &m);
     }
+    return false;
 }
 
 tpu_status tpu_mem_free(void *ptr) {
@@ -633,14 +696,13 @@ tpu_status tpu_mem_free_ctx(void *ptr, void *context) {
     if (!ptr)
         return TPU_OK;
     int chips = tpu_rt_chip_count();
-    if (tpu_mode_get() == TPU_MODE_FUSED)
-        queue_free_marker(ptr, chips);
+    bool by_mark = queue_free_mark(ptr, chips);
     for (int c = 0; c < chips; c++) {
         allocator *a = &g_alloc[c];
         pthread_mutex_lock(&a->lock);
         block *b = live_remove(a, ptr);
         if (b)
-            free_block(a, b, context);
+            free_block(a, b, context, by_mark);
         pthread_mutex_unlock(&a->lock);
         if (b)
             return TPU_OK;
@@ -656,6 +718,7 @@ tpu_status tpu_mem_free_ctx(void *ptr, void *context) {
 static tpu_status add_use(allocator *a, block *b, tpu_stream *stream) {
     if (tpu_stream_chip(stream) == a->chip && tpu_stream_index(stream) == b->stream)
         return TPU_OK;
+    b->used_elsewhere = true;
     uint64_t seq = tpu_stream_submitted_seq(stream);
     for (int i = 0; i < b->n_uses; i++) {
         if (b->uses[i].stream == stream) {

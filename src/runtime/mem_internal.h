@@ -50,6 +50,10 @@ typedef struct tpu_mem_block {
     tpu_mem_block_use *uses; /* record_stream uses by other streams */
     int n_uses, cap_uses;
     void *context;      /* the allocation's context, until its free completes */
+    /* Counted as allocated by an ALLOC mark as its stream ran it (fused
+     * mode), not at once; then a mark counts it out too. */
+    bool counted_by_mark;
+    bool used_elsewhere; /* another stream used it (record_stream) since it was handed out */
 } tpu_mem_block;
 
 /* Whether b covers its whole segment (it was never split, or its parts
@@ -72,6 +76,7 @@ typedef struct {
     uint64_t capacity;
     double fraction;       /* tpu_mem_set_fraction; 1 by default */
     uint64_t limit;        /* floor(fraction * capacity): most bytes reserved */
+    int64_t marks_queued;  /* marks queued that have not run (tpu_mem_mark_ran) */
     tpu_mem_block **buckets; /* live blocks by address; n_buckets is a power of two */
     size_t n_buckets, n_live;
     tpu_mem_block *cache[TPU_STREAMS_MAX]; /* free blocks per stream index, ascending size */

@@ -46,12 +46,25 @@ static void reset_totals(tpu_mem_stat stat[TPU_MEM_POOL_COUNT]) {
         stat[p].allocated = stat[p].freed = 0;
 }
 
+/* Lets every stream of the chip run its queued marks, so that the
+ * allocated statistics count every block the host holds (fused mode
+ * counts them in stream order; tpu_mem_mark_ran). */
+static void settle_marks(int chip) {
+    tpu_mem_allocator *a = &tpu_mem_allocators[chip];
+    pthread_mutex_lock(&a->lock);
+    bool queued = a->marks_queued > 0;
+    pthread_mutex_unlock(&a->lock);
+    if (queued && !tpu_stream_on_worker())
+        tpu_chip_drain(chip);
+}
+
 tpu_status tpu_mem_get_stats(int chip, tpu_mem_stats *out) {
     tpu_status st = tpu_rt_enter_chip("tpu_mem_get_stats", chip);
     if (st != TPU_OK)
         return st;
     if (!out)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_mem_get_stats: out is NULL");
+    settle_marks(chip);
     tpu_mem_allocator *a = &tpu_mem_allocators[chip];
     pthread_mutex_lock(&a->lock);
     *out = a->stats;
@@ -63,6 +76,7 @@ tpu_status tpu_mem_reset_peak_stats(int chip) {
     tpu_status st = tpu_rt_enter_chip("tpu_mem_reset_peak_stats", chip);
     if (st != TPU_OK)
         return st;
+    settle_marks(chip);
     tpu_mem_allocator *a = &tpu_mem_allocators[chip];
     pthread_mutex_lock(&a->lock);
     FOR_EACH_STAT_ARRAY(&a->stats, reset_peaks);

@@ -130,11 +130,43 @@ tpu_status tpu_stream_enqueue_event_record(tpu_stream *stream, tpu_event *event,
                                            uint64_t *seq);
 tpu_status tpu_stream_enqueue_event_wait(tpu_stream *stream, tpu_stream *other, uint64_t seq);
 
-/* Fused mode: queues a marker saying that the host freed the block
- * [ptr, ptr + nbytes) at this point of the stream, so that the planner
- * need not write values that die with it (src/fuse). The allocator queues
- * it before the block can be handed out again. */
-void tpu_stream_enqueue_free(tpu_stream *stream, const void *ptr, uint64_t nbytes);
+/* The allocator's markers: what happened to a block of device memory at
+ * this point of its stream. They run nothing. In fused mode the planner
+ * reads them (a freed value need not be written; src/fuse), and the
+ * allocated statistics are counted as they run, in stream order, so that
+ * a value the device never writes (it lives and dies inside a fused
+ * group) never counts as allocated (tpu_mem_mark_ran). */
+typedef enum {
+    TPU_MARK_ALLOC,   /* allocated here */
+    TPU_MARK_FREE,    /* freed here: nothing after it may read what it held */
+    TPU_MARK_RELEASE, /* freed here, but another stream's work may still read it */
+} tpu_mark_kind;
+
+typedef struct { /* 16 bytes, as small as a stream's other entries */
+    const void *ptr;
+    uint64_t nbytes : 56; /* the block's (rounded) size */
+    uint64_t kind : 2;    /* tpu_mark_kind */
+    uint64_t pool : 2;    /* tpu_mem_pool of its segment */
+    uint64_t pairs : 1;   /* FREE: no other stream ever used the block */
+} tpu_block_mark;
+_Static_assert(sizeof(tpu_block_mark) == 16, "a mark takes a stream entry's 16 bytes");
+
+/* Queues mark m on the stream (fused mode holds it with the records
+ * around it). Returns false, queueing nothing, on a stream worker (a full
+ * ring would make it wait for itself). The allocator queues a FREE before
+ * the block can be handed out again. */
+bool tpu_stream_enqueue_mark(tpu_stream *stream, const tpu_block_mark *m);
+
+/* Whether the calling thread is a stream worker. */
+bool tpu_stream_on_worker(void);
+
+/* (mem.c) The stream calls it as mark m runs: counts the block of an
+ * ALLOC mark into the chip's allocated statistics (allocation,
+ * allocated_bytes), that of a FREE or RELEASE mark out of them, or, with
+ * `written` false (a fused group never wrote the block between its ALLOC
+ * and its FREE), neither. The allocator queues a mark instead of counting
+ * at once only in fused mode, and for blocks counted in by one. */
+void tpu_mem_mark_ran(int chip, const tpu_block_mark *m, bool written);
 
 /* --------------------------------------------------------------- event.c */
 

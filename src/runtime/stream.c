@@ -45,7 +45,7 @@ typedef enum {
     ENTRY_EVENT_RECORD,
     ENTRY_EVENT_WAIT,
     ENTRY_SIGNAL_WAIT,
-    ENTRY_FREE, /* fused mode: the host freed a block here (nothing to run) */
+    ENTRY_MARK, /* the allocator's mark on a block (tpu_block_mark): counted, nothing run */
     ENTRY_PAD,  /* only in the ring: the unused end of the buffer */
 } entry_kind;
 
@@ -67,10 +67,7 @@ typedef union {
             struct tpu_signal *signal; /* holds a reference */
             int64_t deadline_ns;       /* CLOCK_MONOTONIC; 0: none */
         } signal;
-        struct {
-            const void *ptr;
-            uint64_t nbytes;
-        } free;
+        tpu_block_mark mark;
 } entry_args;
 
 /* An entry as it runs: unpacked from the ring by the worker, or built on
@@ -278,7 +275,8 @@ static tpu_status entry_run(tpu_stream *s, entry *e) {
         tpu_signal_unref(e->u.a.signal.signal);
         return st;
     }
-    case ENTRY_FREE: /* only the planner reads it */
+    case ENTRY_MARK:
+        tpu_mem_mark_ran(s->chip, &e->u.a.mark, true);
         return TPU_OK;
     case ENTRY_PAD:
         break;
@@ -346,7 +344,7 @@ static uint16_t hold_of(const tpu_op *op) {
     return tpu_fuse_starts_group(op) ? HOLD_STARTS : HOLD_JOINS;
 }
 
-#define HOLD_MAX_ENTRIES 2048
+#define HOLD_MAX_ENTRIES 4096 /* records and marks; the planner takes 2,048 records a group */
 #define HOLD_GAP_NS 2000000
 #define HOLD_MAX_NS 20000000
 
@@ -354,6 +352,8 @@ struct fuse_state {
     tpu_op ops[HOLD_MAX_ENTRIES];
     tpu_fuse_entry entries[HOLD_MAX_ENTRIES];
     uint64_t seqs[HOLD_MAX_ENTRIES];
+    tpu_block_mark marks[HOLD_MAX_ENTRIES];
+    bool unwritten[HOLD_MAX_ENTRIES]; /* marks not counted (tpu_fuse_unwritten_blocks) */
     tpu_fuse_plan plan;
     int n_scratch; /* per-share scratch tiles, made on the first group */
     void *scratch[TPU_THREADS_MAX];
@@ -507,6 +507,27 @@ static bool fuse_scratch(struct fuse_state *f) {
     return true;
 }
 
+static tpu_fuse_entry_kind fuse_kind_of(const tpu_block_mark *m) {
+    switch ((tpu_mark_kind)m->kind) {
+    case TPU_MARK_ALLOC:
+        return TPU_FUSE_ALLOCATED;
+    case TPU_MARK_FREE:
+        return TPU_FUSE_FREED;
+    case TPU_MARK_RELEASE:
+        break;
+    }
+    return TPU_FUSE_RELEASED;
+}
+
+/* Runs the marks of entries [i, i + n) in stream order: each counts its
+ * block, but for those the group's plan found unwritten (if `unwritten`). */
+static void run_marks(const tpu_stream *s, const struct fuse_state *f, int i, int n,
+                      const bool *unwritten) {
+    for (int k = i; k < i + n; k++)
+        if (f->entries[k].kind != TPU_FUSE_RECORD)
+            tpu_mem_mark_ran(s->chip, &f->marks[k], !(unwritten && unwritten[k]));
+}
+
 /* Runs the held run r (unlocked: the worker alone reads [head, head +
  * used)), keeping its first error in *err. */
 static void run_held(tpu_stream *s, const held_run *r, run_error *err) {
@@ -525,17 +546,23 @@ static void run_held(tpu_stream *s, const held_run *r, run_error *err) {
             entry_unpack(h, &e);
             if (e.kind == ENTRY_OP)
                 note_error(s, err, &e.u.op, e.seq, target->execute(s->chip, &e.u.op));
+            else
+                (void)entry_run(s, &e); /* a mark */
             n++;
             continue;
         }
         f->seqs[n] = h->seq;
         if (h->kind == ENTRY_OP) {
             tpu_record_unpack(h + 1, &f->ops[n]);
-            f->entries[n] = (tpu_fuse_entry){&f->ops[n], NULL, 0};
+            f->entries[n] = (tpu_fuse_entry){.kind = TPU_FUSE_RECORD, .op = &f->ops[n]};
         } else {
             entry_args a;
             memcpy(&a, h + 1, sizeof a);
-            f->entries[n] = (tpu_fuse_entry){NULL, a.free.ptr, a.free.nbytes};
+            f->marks[n] = a.mark;
+            f->entries[n] = (tpu_fuse_entry){.kind = fuse_kind_of(&a.mark),
+                                             .block = a.mark.ptr,
+                                             .nbytes = a.mark.nbytes,
+                                             .pairs = a.mark.pairs};
         }
         n++;
     }
@@ -551,6 +578,8 @@ static void run_held(tpu_stream *s, const held_run *r, run_error *err) {
                 int k = i + p->steps[failed].entry;
                 note_error(s, err, &f->ops[k], f->seqs[k], st);
             }
+            tpu_fuse_unwritten_blocks(p, &f->entries[i], taken, &f->unwritten[i]);
+            run_marks(s, f, i, taken, f->unwritten);
             atomic_fetch_add_explicit(&g_fuse_groups, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&g_fuse_records, (uint64_t)p->n_steps, memory_order_relaxed);
             atomic_fetch_add_explicit(&g_fuse_values, (uint64_t)p->n_elided, memory_order_relaxed);
@@ -560,9 +589,10 @@ static void run_held(tpu_stream *s, const held_run *r, run_error *err) {
                 log_group(s, p);
         } else {
             for (int k = i; k < i + taken; k++)
-                if (f->entries[k].op)
+                if (f->entries[k].kind == TPU_FUSE_RECORD)
                     note_error(s, err, &f->ops[k], f->seqs[k],
                                target->execute(s->chip, &f->ops[k]));
+            run_marks(s, f, i, taken, NULL);
         }
         i += taken;
     }
@@ -1003,11 +1033,17 @@ tpu_status tpu_stream_wait_signal(tpu_stream *s, tpu_signal *signal, int64_t tim
     return TPU_OK;
 }
 
-void tpu_stream_enqueue_free(tpu_stream *s, const void *ptr, uint64_t nbytes) {
+bool tpu_stream_enqueue_mark(tpu_stream *s, const tpu_block_mark *m) {
     if (t_is_worker)
-        return;
-    entry_args a = {.free = {ptr, nbytes}};
-    enqueue(s, ENTRY_FREE, NULL, &a, HOLD_JOINS, NULL);
+        return false;
+    entry_args a = {.mark = *m};
+    enqueue(s, ENTRY_MARK, NULL, &a, tpu_mode_get() == TPU_MODE_FUSED ? HOLD_JOINS : HOLD_NONE,
+            NULL);
+    return true;
+}
+
+bool tpu_stream_on_worker(void) {
+    return t_is_worker;
 }
 
 /* ------------------------------------------------------ synchronisation */

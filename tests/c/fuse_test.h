@@ -62,11 +62,15 @@ static inline tpu_op unary(int fn, tpu_tensor out, tpu_tensor a) {
 }
 
 static inline tpu_fuse_entry rec(const tpu_op *op) {
-    return (tpu_fuse_entry){op, NULL, 0};
+    return (tpu_fuse_entry){.kind = TPU_FUSE_RECORD, .op = op};
 }
 
 static inline tpu_fuse_entry freed(const void *p, uint64_t n) {
-    return (tpu_fuse_entry){NULL, p, n};
+    return (tpu_fuse_entry){.kind = TPU_FUSE_FREED, .block = p, .nbytes = n, .pairs = true};
+}
+
+static inline tpu_fuse_entry allocated(const void *p, uint64_t n) {
+    return (tpu_fuse_entry){.kind = TPU_FUSE_ALLOCATED, .block = p, .nbytes = n};
 }
 
 #endif

@@ -85,6 +85,53 @@ static void test_chain_groups_and_elides(void) {
     free(x), free(t1), free(t2), free(y);
 }
 
+/* Which blocks a group never writes: allocated and freed inside it with
+ * every value in scratch. Those pairs never count as allocated. */
+static void test_unwritten_blocks(void) {
+    enum { N = 5000 };
+    float *x = malloc(N * 4), *t1 = malloc(N * 4), *t2 = malloc(N * 4), *y = malloc(N * 4);
+    int64_t nb = N * 4;
+    tpu_tensor X = vec(x, N, TPU_DTYPE_F32), T1 = vec(t1, N, TPU_DTYPE_F32),
+               T2 = vec(t2, N, TPU_DTYPE_F32), Y = vec(y, N, TPU_DTYPE_F32);
+    tpu_op a = binary_scalar(TPU_BINARY_ADD, T1, X, 1), b = binary_scalar(TPU_BINARY_MUL, T2, T1, 2),
+           c = binary_scalar(TPU_BINARY_SUB, Y, T2, 1);
+    bool unwritten[16];
+    tpu_fuse_entry e[] = {allocated(t1, nb), rec(&a), allocated(t2, nb), rec(&b),
+                          freed(t1, nb),     rec(&c), freed(t2, nb),     allocated(y, nb)};
+    CHECK(tpu_fuse_plan_group(e, 8, &g_plan) == 8 && g_plan.n_elided == 2);
+    tpu_fuse_unwritten_blocks(&g_plan, e, 8, unwritten);
+    const bool want[] = {true, false, true, false, true, false, true, false};
+    for (int i = 0; i < 8; i++)
+        CHECK(unwritten[i] == want[i]);
+
+    /* A free that may not pair (the block was used on another stream), a
+     * release (another stream's work may read it), a value that reaches
+     * memory, or a free whose allocation came before the group: counted. */
+    tpu_fuse_entry kinds[] = {allocated(t1, nb), rec(&a), allocated(t2, nb), rec(&b),
+                              freed(t1, nb),     rec(&c), freed(t2, nb)};
+    kinds[4].pairs = false;
+    kinds[6].kind = TPU_FUSE_RELEASED;
+    CHECK(tpu_fuse_plan_group(kinds, 7, &g_plan) == 7);
+    tpu_fuse_unwritten_blocks(&g_plan, kinds, 7, unwritten);
+    for (int i = 0; i < 7; i++)
+        CHECK(!unwritten[i]);
+    /* t1 read by a step of another element count (another cluster):
+     * the value stays in memory though t1 is freed in the group. */
+    tpu_op half = binary_scalar(TPU_BINARY_ADD, view2(y, nb, TPU_DTYPE_F32, 0, 50, 50, 50, 1),
+                                view2(t1, nb, TPU_DTYPE_F32, 0, 50, 50, 50, 1), 1);
+    tpu_fuse_entry written[] = {allocated(t1, nb), rec(&a), rec(&half), freed(t1, nb)};
+    CHECK(tpu_fuse_plan_group(written, 4, &g_plan) == 4 && g_plan.n_clusters == 2);
+    CHECK(g_plan.steps[0].slot[0] == -1);
+    tpu_fuse_unwritten_blocks(&g_plan, written, 4, unwritten);
+    CHECK(!unwritten[0] && !unwritten[3]);
+    tpu_fuse_entry before[] = {rec(&a), rec(&b), freed(t1, nb), rec(&c), freed(t2, nb)};
+    CHECK(tpu_fuse_plan_group(before, 5, &g_plan) == 5 && g_plan.n_elided == 2);
+    tpu_fuse_unwritten_blocks(&g_plan, before, 5, unwritten);
+    for (int i = 0; i < 5; i++)
+        CHECK(!unwritten[i]);
+    free(x), free(t1), free(t2), free(y);
+}
+
 /* Where groups stop: another element count, a view that overlaps a
  * written one without being it, a family the planner does not take. */
 static void test_group_boundaries(void) {
@@ -547,10 +594,17 @@ static void test_stream_fused_mode(void) {
     tpu_op h2d = copy_op(X, H);
     h2d.code = TPU_OP_COPY_H2D;
     CHECK_OK(tpu_stream_submit(s, &h2d));
+    /* The allocated bytes' peak while t1 and t2 live: both in strict
+     * mode, none in fused mode, where the group never writes them. */
+    int64_t rise[2], block_bytes = 0;
+    tpu_mem_stats ms;
     for (int m = 0; m < 2; m++) {
         CHECK_OK(tpu_mode_set(m == 0 ? TPU_MODE_STRICT : TPU_MODE_FUSED));
         tpu_fusion_stats before, after;
         tpu_fusion_get_stats(&before);
+        CHECK_OK(tpu_mem_reset_peak_stats(0));
+        CHECK_OK(tpu_mem_get_stats(0, &ms));
+        const int64_t base = ms.allocated_bytes[TPU_MEM_POOL_ALL].current;
         CHECK_OK(tpu_mem_alloc(0, N * 4, s, &bt1));
         CHECK_OK(tpu_mem_alloc(0, N * 4, s, &bt2));
         tpu_tensor T1 = vec(bt1, N, TPU_DTYPE_F32), T2 = vec(bt2, N, TPU_DTYPE_F32);
@@ -573,6 +627,9 @@ static void test_stream_fused_mode(void) {
         CHECK_OK(tpu_stream_submit(s, &d2h));
         CHECK_OK(tpu_stream_synchronize(s));
         tpu_fusion_get_stats(&after);
+        CHECK_OK(tpu_mem_get_stats(0, &ms));
+        CHECK(ms.allocated_bytes[TPU_MEM_POOL_ALL].current == base);
+        rise[m] = ms.allocated_bytes[TPU_MEM_POOL_ALL].peak - base;
         if (m == 1) {
             CHECK(after.groups == before.groups + 1);
             CHECK(after.fused_records == before.fused_records + 3);
@@ -583,6 +640,24 @@ static void test_stream_fused_mode(void) {
         }
     }
     CHECK(memcmp(want, got, N * 4) == 0);
+    block_bytes = rise[0] / 2;
+    CHECK(block_bytes >= N * 4 && rise[1] == 0);
+
+    /* A fused-mode intermediate that reaches memory (a group of one, run
+     * before the free) counts as in strict mode. */
+    CHECK_OK(tpu_mem_reset_peak_stats(0));
+    CHECK_OK(tpu_mem_get_stats(0, &ms));
+    const int64_t base = ms.allocated_bytes[TPU_MEM_POOL_ALL].current;
+    CHECK_OK(tpu_mem_alloc(0, N * 4, s, &bt1));
+    CHECK_OK(tpu_mem_get_stats(0, &ms)); /* counts the block the host holds */
+    CHECK(ms.allocated_bytes[TPU_MEM_POOL_ALL].current == base + block_bytes);
+    tpu_op a = unary(TPU_UNARY_TANH, vec(bt1, N, TPU_DTYPE_F32), X);
+    CHECK_OK(tpu_stream_submit(s, &a));
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK_OK(tpu_mem_free(bt1));
+    CHECK_OK(tpu_mem_get_stats(0, &ms));
+    CHECK(ms.allocated_bytes[TPU_MEM_POOL_ALL].current == base);
+    CHECK(ms.allocated_bytes[TPU_MEM_POOL_ALL].peak == base + block_bytes);
 
     /* An integer division by zero inside a group: the error names the div
      * and surfaces once, at the sync. */
@@ -610,6 +685,7 @@ static void test_stream_fused_mode(void) {
 
 int main(void) {
     test_chain_groups_and_elides();
+    test_unwritten_blocks();
     test_group_boundaries();
     test_parts();
     test_row_reductions();
