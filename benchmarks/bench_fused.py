@@ -4,12 +4,14 @@
 
 Rows (issue 7): TorchTPU's own illustration, y = (y + 1) * 2 - 1 fifty
 times on a 5000x5000 bf16 tensor; GELU written out as its tanh formula in
-separate ops; LayerNorm written out in ops; one AdamW step (foreach=True)
+separate ops; LayerNorm written out in ops; a linear layer's product
+with its bias and GELU (a matmul group); one AdamW step (foreach=True)
 over GPT-2 small's parameter shapes; with --models, GPT-2 small's forward
 and one training step. Each row samples CPU, tpu strict and tpu fused in
 turn (suite.interleaved_all) and reports the medians, fused/strict and
-fused/CPU (below 1: fused is faster), and what the planner did
-(torch.tpu.fusion_stats). Results go between this script's markers in
+fused/CPU (below 1: fused is faster), what the planner did
+(torch.tpu.fusion_stats), and the device memory allocated at the peak of
+one run in each mode, above what was allocated before it. Results go between this script's markers in
 docs/benchmarks.md. A tool, not a test.
 """
 from __future__ import annotations
@@ -67,6 +69,23 @@ def adamw_step(device: str):
     return opt.step
 
 
+def peak_rise(mode: str, fn: Callable[[], object]) -> int:
+    """Device memory allocated at the peak of one run of fn, above what
+    was allocated before it (its result included)."""
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    torch.tpu.reset_peak_memory_stats()
+    result = in_mode(mode, fn)()
+    torch.tpu.synchronize()
+    rise = torch.tpu.max_memory_allocated() - base
+    del result
+    return rise
+
+
+def linear_gelu(x, w, b):
+    return torch.nn.functional.gelu(torch.nn.functional.linear(x, w, b), approximate="tanh")
+
+
 def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[str, int]]]:
     out = []
 
@@ -75,7 +94,9 @@ def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[st
         torch.tpu.reset_fusion_stats()
         in_mode("fused", tpu_fn)()
         torch.tpu.synchronize()
-        stats = torch.tpu.fusion_stats()
+        stats = dict(torch.tpu.fusion_stats())
+        stats["peak_strict"] = peak_rise("strict", tpu_fn)
+        stats["peak_fused"] = peak_rise("fused", tpu_fn)
         t = suite.interleaved_all({"cpu": cpu_fn, "strict": in_mode("strict", tpu_fn),
                                    "fused": in_mode("fused", tpu_fn)}, rep, warmup=1)
         out.append((name, t, stats))
@@ -94,6 +115,10 @@ def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[st
     lnt, wt, bt = ln.to("tpu"), w.to("tpu"), b.to("tpu")
     row("LayerNorm in ops, 8192x1024 f32", lambda: lambda: layer_norm_ops(ln, w, b),
         lambda: lambda: layer_norm_ops(lnt, wt, bt))
+    lx, lw, lb = torch.randn(2048, 768), torch.randn(3072, 768) / 28, torch.randn(3072)
+    lxt, lwt, lbt = lx.to("tpu"), lw.to("tpu"), lb.to("tpu")
+    row("GELU(linear), 2048x768 @ 768x3072 + bias, f32", lambda: lambda: linear_gelu(lx, lw, lb),
+        lambda: lambda: linear_gelu(lxt, lwt, lbt))
     row("AdamW step (foreach), GPT-2 small shapes", lambda: adamw_step("cpu"), lambda: adamw_step("tpu"),
         rep=max(3, repeat // 2))
     if models:
@@ -127,11 +152,13 @@ def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[st
 
 def table(results) -> str:
     lines = ["| row | CPU ms | strict ms | fused ms | fused/strict | fused/CPU | groups | records fused | "
-             "bytes not written |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "bytes not written | peak MiB strict | peak MiB fused |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, t, st in results:
         lines.append(f"| {name} | {t['cpu'] * 1e3:.1f} | {t['strict'] * 1e3:.1f} | {t['fused'] * 1e3:.1f} | "
                      f"{t['fused'] / t['strict']:.2f} | {t['fused'] / t['cpu']:.2f} | {st['groups']} | "
-                     f"{st['fused_records']} | {st['bytes_not_written'] / 2**20:.0f} MiB |")
+                     f"{st['fused_records']} | {st['bytes_not_written'] / 2**20:.0f} MiB | "
+                     f"{st['peak_strict'] / 2**20:.0f} | {st['peak_fused'] / 2**20:.0f} |")
     return "\n".join(lines)
 
 

@@ -1,8 +1,10 @@
 /* The fused-eager planner: groups of element-wise records, and the row
- * reductions among them, run as one pass over memory.
+ * reductions among them, run as one pass over memory; and a matrix
+ * product with its element-wise epilogue, run on each block of the
+ * product as it is finished.
  *
- * In fused mode a stream holds the element-wise records it is given (and
- * the allocator's "this block is dead" markers) until a sync point, a
+ * In fused mode a stream holds the fusable records it is given (and the
+ * allocator's marks: a block allocated, or freed) until a sync point, a
  * threshold or a record it cannot fuse; then tpu_fuse_plan_group cuts the
  * held run into groups and the target runs each group tile by tile: for
  * one tile (a cache-sized block of the elements) every record of the group
@@ -55,7 +57,7 @@
 #define TPU_FUSE_TILE_MAX 16384
 
 /* An entry of a held run as the planner sees it: a record, or one of the
- * allocator's markers on the block [block, block + nbytes). Only FREED
+ * allocator's marks on the block [block, block + nbytes). Only FREED
  * changes a plan (nothing after it may read what the block held);
  * ALLOCATED and RELEASED are there so that device memory can be counted in
  * stream order (tpu_fuse_unwritten_blocks). */
@@ -68,7 +70,7 @@ typedef enum {
 
 typedef struct {
     tpu_fuse_entry_kind kind;
-    const tpu_op *op; /* a record's; NULL for a marker */
+    const tpu_op *op; /* a record's; NULL for a mark */
     const void *block;
     uint64_t nbytes;
     /* FREED: no other stream ever used the block, so what this stream's
@@ -225,7 +227,7 @@ bool tpu_fuse_starts_group(const tpu_op *op);
 int64_t tpu_fuse_row_length(const tpu_op *op);
 
 /* Plans the group that starts at entries[0] (a run of n >= 1 entries,
- * records that tpu_fuse_fusable accepts and markers): takes entries
+ * records that tpu_fuse_fusable accepts and marks): takes entries
  * while the group stays safe and within the limits above, and returns how
  * many it took (>= 1). plan->n_steps is the number of records among them;
  * with fewer than 2 the caller runs the record (if any) on its own and the
@@ -234,8 +236,8 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *pla
 
 /* For the group just planned from entries[0, n) (n: what
  * tpu_fuse_plan_group took; the plan run fused): sets unwritten[e] for
- * the markers of every block that lives and dies inside the group without
- * being written to memory: an ALLOCATED marker and the first FREED (with
+ * the marks of every block that lives and dies inside the group without
+ * being written to memory: an ALLOCATED mark and the first FREED (with
  * `pairs`) of the same block after it, with no step between them writing
  * memory of that block (each of its writes went to a scratch slot). The
  * device never held those bytes, so they are never counted as allocated.

@@ -536,7 +536,7 @@ static bool add_mm_step(tpu_fuse_plan *p, const tpu_op *op, int entry) {
     return true;
 }
 
-/* The views a free marker kills: those of the storage the freed block
+/* The views a free mark kills: those of the storage the freed block
  * starts with that lie inside the block (-1 ends the list). A view of
  * another storage inside the block is not seen: it is then written, which
  * is only a missed saving. */
@@ -545,13 +545,13 @@ static int first_killed(const tpu_fuse_plan *p, const tpu_fuse_entry *e) {
     return i < 0 ? -1 : p->storages[i].first_view;
 }
 
-static bool marker_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
+static bool mark_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
     uintptr_t lo = (uintptr_t)e->block, hi = lo + (uintptr_t)e->nbytes;
     return v->lo >= lo && v->hi <= hi;
 }
 
 /* Gives each value that dies inside the group (a later step writes the
- * same view, or a marker frees its block, before the group ends: nobody
+ * same view, or a mark frees its block, before the group ends: nobody
  * outside the group can read it) a scratch slot of its part while one is
  * free. A backward pass finds which values die; a forward pass hands out
  * the slots: inputs read the slot their view's value is in, and a value's
@@ -568,7 +568,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
             if (entries[e].kind != TPU_FUSE_FREED)
                 continue;
             for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
-                if (marker_kills(&entries[e], &p->views[v]))
+                if (mark_kills(&entries[e], &p->views[v]))
                     killed[v] = true;
             continue;
         }
@@ -589,7 +589,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
             if (entries[e].kind != TPU_FUSE_FREED)
                 continue;
             for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
-                if (cur[v] >= 0 && marker_kills(&entries[e], &p->views[v])) {
+                if (cur[v] >= 0 && mark_kills(&entries[e], &p->views[v])) {
                     busy[slot_part[v]][cur[v]] = false;
                     cur[v] = -1;
                 }
@@ -828,7 +828,7 @@ int tpu_fuse_plan_group(const tpu_fuse_entry *entries, int n, tpu_fuse_plan *p) 
 
 void tpu_fuse_unwritten_blocks(const tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n,
                                bool *unwritten) {
-    /* Per storage: the entry of its open ALLOCATED marker (-1: none), and
+    /* Per storage: the entry of its open ALLOCATED mark (-1: none), and
      * whether a step wrote its memory since. A block no step touches has
      * no storage in the plan and is counted as usual. */
     static _Thread_local int32_t open_at[TPU_FUSE_MAX_STORAGES];

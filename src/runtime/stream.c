@@ -250,7 +250,7 @@ tpu_status tpu_stream_take_error(tpu_stream *s, uint64_t upto_seq) {
 
 /* --------------------------------------------------------------- running */
 
-/* Set on stream workers: what they free queues no marker (a full ring
+/* Set on stream workers: what they free queues no mark (a full ring
  * would make a worker wait for itself), and their waits need no hooks. */
 static _Thread_local bool t_is_worker;
 
@@ -319,9 +319,10 @@ static void entry_unpack(const ring_head *h, entry *e) {
 /* ----------------------------------------------------------- fused mode */
 
 /* In fused mode an entry queued with `hold` set (a record the planner can
- * fuse, or a free marker) is not run at once: the worker holds the run of
- * such entries at the head until it ends (an entry without `hold` is
- * queued behind it), reaches HOLD_MAX_ENTRIES, a host thread waits for one
+ * fuse, or one of the allocator's marks) is not run at once: the worker
+ * holds the run of such entries at the head until it ends (an entry
+ * without `hold` is queued behind it, or a product, HOLD_STARTS, that
+ * heads the next run so that its epilogue can join it), reaches HOLD_MAX_ENTRIES, a host thread waits for one
  * of them (flush_seq: every wait goes through tpu_stream_wait_seq), a
  * submitter waits for room in the ring, no entry has joined it for
  * HOLD_GAP_NS (the host is doing other things), or HOLD_MAX_NS have

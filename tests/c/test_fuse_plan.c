@@ -70,7 +70,7 @@ static void test_chain_groups_and_elides(void) {
     CHECK(g_plan.clusters[0].ndim == 1 && g_plan.clusters[0].n_tiles >= 1);
     CHECK(g_plan.clusters[0].tile_elems <= TPU_FUSE_TILE_MAX);
 
-    /* Without the markers nothing dies: every value is written. */
+    /* Without the marks nothing dies: every value is written. */
     tpu_fuse_entry kept[] = {rec(&a), rec(&b), rec(&c)};
     CHECK(tpu_fuse_plan_group(kept, 3, &g_plan) == 3 && g_plan.n_elided == 0);
     for (int i = 0; i < 3; i++)
