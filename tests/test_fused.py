@@ -159,6 +159,31 @@ def test_matmul_epilogues_fuse_and_are_bit_identical(dtype, shape):
     assert st["values_not_written"] >= 7
 
 
+def test_unrelated_chain_joining_a_matmul_epilogue_is_bit_identical():
+    """Element-wise records of the product's shape that do not touch it join
+    its group as another part, interleaved with the epilogue's own records;
+    both parts' intermediates die in the group. Each keeps its own values."""
+    torch.manual_seed(0)
+    xc, wc, ac, bc = torch.randn(64, 32), torch.randn(32, 48), torch.randn(64, 48), torch.randn(64, 48)
+    x, w, a, b = (v.to("tpu") for v in (xc, wc, ac, bc))
+
+    def program():
+        y = x @ w
+        t = y + 1      # dies in the group (product's part)
+        u = a * 2      # dies in the group (the other part)
+        r1, r2 = t * 3, u - 1
+        del t, u
+        s = torch.sigmoid(y)
+        v = b + 1
+        s.mul_(2)      # in place: each overwritten value dies in the group
+        v.mul_(3)
+        return [r1, r2, s, v]
+    s, f = both_modes(program)
+    assert_same_bits(s, f)
+    assert torch.allclose(s[0], (xc @ wc + 1) * 3, atol=1e-4)
+    assert torch.allclose(s[1], ac * 2 - 1)
+
+
 def test_strict_mode_does_not_fuse():
     x = torch.randn(1000, device="tpu")
     with torch.tpu.mode("strict"):

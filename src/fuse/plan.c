@@ -555,12 +555,14 @@ static bool mark_kills(const tpu_fuse_entry *e, const tpu_fuse_view *v) {
  * outside the group can read it) a scratch slot of its part while one is
  * free. A backward pass finds which values die; a forward pass hands out
  * the slots: inputs read the slot their view's value is in, and a value's
- * slot is free again once the value is dead. Parts run one at a time
- * (each tile of a part runs its steps alone), so each has all the slots:
- * a foreach step's temporaries, all alive at once in stream order, each
- * get one. */
+ * slot is free again once the value is dead. Parts of an element-wise
+ * group run one at a time (each tile of a part runs its steps alone), so
+ * each has all the slots: a foreach step's temporaries, all alive at once
+ * in stream order, each get one. A matmul group's epilogue runs all its
+ * steps, of every part, in stream order on one piece (epilogue.c): its
+ * parts share one pool of slots. */
 static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_entries) {
-    static _Thread_local int32_t cur[TPU_FUSE_MAX_VIEWS], slot_part[TPU_FUSE_MAX_VIEWS];
+    static _Thread_local int32_t cur[TPU_FUSE_MAX_VIEWS], slot_pool[TPU_FUSE_MAX_VIEWS];
     static _Thread_local bool killed[TPU_FUSE_MAX_VIEWS], dies[TPU_FUSE_MAX_OPS];
     memset(killed, 0, (size_t)p->n_views * sizeof killed[0]);
     for (int e = n_entries - 1, i = p->n_steps - 1; e >= 0; e--) {
@@ -590,14 +592,15 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
                 continue;
             for (int v = first_killed(p, &entries[e]); v >= 0; v = p->views[v].next_of_storage)
                 if (cur[v] >= 0 && mark_kills(&entries[e], &p->views[v])) {
-                    busy[slot_part[v]][cur[v]] = false;
+                    busy[slot_pool[v]][cur[v]] = false;
                     cur[v] = -1;
                 }
             continue;
         }
         tpu_fuse_step *s = &p->steps[i];
         tpu_fuse_cluster *cl = &p->clusters[s->cluster];
-        bool *taken = busy[s->part];
+        const int pool = p->matmul ? 0 : s->part;
+        bool *taken = busy[pool];
         for (int k = 1; k < s->n_operands; k++)
             s->slot[k] = cur[s->view[k]];
         int v = s->view[0], old = cur[v], slot = -1;
@@ -615,7 +618,7 @@ static void assign_slots(tpu_fuse_plan *p, const tpu_fuse_entry *entries, int n_
         }
         s->slot[0] = slot;
         cur[v] = slot;
-        slot_part[v] = s->part;
+        slot_pool[v] = pool;
         if (old >= 0)
             taken[old] = false;
         i++;

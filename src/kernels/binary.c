@@ -487,7 +487,7 @@ typedef struct {
  * is one rounding, like fmaf; the NaN blend gives the scalar form's
  * a + b. One loop per function, so no branch on it per vector; the
  * operands' layouts are loop-invariant tests the compiler unswitches. */
-static bool has_vector_form(const bin_ctx *c) {
+static bool has_vector_form(const bin_ctx *c, run_in b) {
     switch (c->fn) {
     case TPU_BINARY_ADD:
     case TPU_BINARY_SUB:
@@ -495,6 +495,15 @@ static bool has_vector_form(const bin_ctx *c) {
     case TPU_BINARY_MAXIMUM:
     case TPU_BINARY_MINIMUM: return true;
     case TPU_BINARY_DIV: return c->rnd == TPU_ROUND_NONE;
+    case TPU_BINARY_POW: {
+        /* The exponents POW_SPECIAL computes by arithmetic, b being the
+         * record's scalar: the loops below do the same IEEE operations. */
+        float e;
+        if (!c->scalar_b || b.step != 0)
+            return false;
+        e = tpu_k_load_f32(b.p, b.dt);
+        return e == 2.0f || e == 3.0f || e == 0.5f || e == -0.5f || e == -1.0f || e == -2.0f;
+    }
     default: return false;
     }
 }
@@ -544,6 +553,26 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
     case TPU_BINARY_MINIMUM:
         LOOP8(_mm256_blendv_ps(_mm256_blendv_ps(y, x, _mm256_cmp_ps(x, y, _CMP_LT_OQ)),
                                _mm256_add_ps(x, y), _mm256_cmp_ps(x, y, _CMP_UNORD_Q)));
+    case TPU_BINARY_POW: {
+        /* b0 is one of has_vector_form's exponents; y is b0 throughout. */
+        const __m256 one = _mm256_set1_ps(1.0f);
+        if (b0 == 2.0f) {
+            LOOP8(((void)y, _mm256_mul_ps(x, x)));
+        }
+        if (b0 == 3.0f) {
+            LOOP8(((void)y, _mm256_mul_ps(_mm256_mul_ps(x, x), x)));
+        }
+        if (b0 == 0.5f) {
+            LOOP8(((void)y, _mm256_sqrt_ps(x)));
+        }
+        if (b0 == -0.5f) {
+            LOOP8(((void)y, _mm256_div_ps(one, _mm256_sqrt_ps(x))));
+        }
+        if (b0 == -1.0f) {
+            LOOP8(((void)y, _mm256_div_ps(one, x)));
+        }
+        LOOP8(((void)y, _mm256_div_ps(one, _mm256_mul_ps(x, x))));
+    }
     default: LOOP8(_mm256_div_ps(x, y));
     }
     for (; i < n; i++) {
@@ -619,6 +648,27 @@ direct_16(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t
     case TPU_BINARY_MUL: LOOP16(_mm512_mul_ps(x, y));
     case TPU_BINARY_MAXIMUM: LOOP16(MAX16(x, y));
     case TPU_BINARY_MINIMUM: LOOP16(MIN16(x, y));
+    case TPU_BINARY_POW: {
+        /* As in direct_avx2. */
+        const float e = tpu_k_load_f32(b.p, b.dt);
+        const __m512 one = _mm512_set1_ps(1.0f);
+        if (e == 2.0f) {
+            LOOP16(((void)y, _mm512_mul_ps(x, x)));
+        }
+        if (e == 3.0f) {
+            LOOP16(((void)y, _mm512_mul_ps(_mm512_mul_ps(x, x), x)));
+        }
+        if (e == 0.5f) {
+            LOOP16(((void)y, _mm512_sqrt_ps(x)));
+        }
+        if (e == -0.5f) {
+            LOOP16(((void)y, _mm512_div_ps(one, _mm512_sqrt_ps(x))));
+        }
+        if (e == -1.0f) {
+            LOOP16(((void)y, _mm512_div_ps(one, x)));
+        }
+        LOOP16(((void)y, _mm512_div_ps(one, _mm512_mul_ps(x, x))));
+    }
     default: LOOP16(_mm512_div_ps(x, y));
     }
 }
@@ -638,14 +688,14 @@ direct_512_hw(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int
 
 /* The ISA level of the direct loops for c's function on the running CPU:
  * AVX2 or AVX-512, or PORTABLE where they have no form for it. */
-static tpu_isa direct_isa(const bin_ctx *c) {
+static tpu_isa direct_isa(const bin_ctx *c, run_in b) {
 #if TPU_K_X86
-    if (!has_vector_form(c))
+    if (!has_vector_form(c, b))
         return TPU_ISA_PORTABLE;
     tpu_isa isa = tpu_kernels_get_isa();
     return isa >= TPU_ISA_AVX512 ? TPU_ISA_AVX512 : isa;
 #else
-    (void)c;
+    (void)c, (void)b;
     return TPU_ISA_PORTABLE;
 #endif
 }
@@ -685,7 +735,7 @@ static void direct_run(tpu_isa isa, const bin_ctx *c, char *po, tpu_dtype odt, r
  * f32 (or the portable loop) and each result rounded once on store. */
 static void mixed_run(const bin_ctx *c, char *po, run_in a, run_in b, bool b_raw, int64_t n) {
     const tpu_dtype cm = c->common;
-    const tpu_isa isa = direct_isa(c);
+    const tpu_isa isa = direct_isa(c, b);
     if (isa != TPU_ISA_PORTABLE && direct_dtypes(c, cm, a, b, b_raw)) {
         direct_run(isa, c, po, cm, a, b, n);
         return;

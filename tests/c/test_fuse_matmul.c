@@ -284,6 +284,59 @@ static void test_results_match_unfused(void) {
     free(scratch);
 }
 
+/* An unrelated chain of the product's shape joins the epilogue as a
+ * part of its own, its steps interleaved with the product's: t = c + 1;
+ * u = p * 2; r1 = t * 3; r2 = u - 1, with t and u freed. The epilogue
+ * runs every step of every part on one piece, so the two parts' dying
+ * values must not share a scratch slot (each would overwrite the other). */
+static void test_unrelated_chain_in_epilogue(void) {
+    void *scratch = aligned_alloc(64, (size_t)TPU_FUSE_SCRATCH_BYTES);
+    const int64_t m = 37, k = 24, n = 70, bytes = m * n * 4;
+    const tpu_dtype dt = TPU_DTYPE_F32;
+    void *a = malloc((size_t)(m * k * 4)), *b = malloc((size_t)(k * n * 4)), *pp = malloc((size_t)bytes);
+    void *c = malloc((size_t)bytes), *t = malloc((size_t)bytes), *u = malloc((size_t)bytes);
+    void *r1 = malloc((size_t)bytes), *r2 = malloc((size_t)bytes);
+    void *want1 = malloc((size_t)bytes), *want2 = malloc((size_t)bytes);
+    tpu_tensor A = mat(a, dt, m, k), B = mat(b, dt, k, n), P = mat(pp, dt, m, n);
+    tpu_tensor C = mat(c, dt, m, n), T = mat(t, dt, m, n), U = mat(u, dt, m, n);
+    tpu_tensor R1 = mat(r1, dt, m, n), R2 = mat(r2, dt, m, n);
+    fill_random(A), fill_random(B), fill_random(P);
+    for (int ref = 0; ref < 2; ref++) {
+        tpu_kernels_set_reference(ref == 1);
+        tpu_op ops[5] = {mm_op(C, A, B, NULL), binary_scalar(TPU_BINARY_ADD, T, C, 1.0),
+                         binary_scalar(TPU_BINARY_MUL, U, P, 2.0),
+                         binary_scalar(TPU_BINARY_MUL, R1, T, 3.0),
+                         binary_scalar(TPU_BINARY_SUB, R2, U, 1.0)};
+        tpu_fuse_entry e[7];
+        for (int i = 0; i < 5; i++) {
+            CHECK_OK(tpu_op_check(&ops[i]));
+            e[i] = rec(&ops[i]);
+        }
+        e[5] = freed(t, (uint64_t)bytes);
+        e[6] = freed(u, (uint64_t)bytes);
+        for (int i = 0; i < 5; i++)
+            CHECK_OK(tpu_op_run(&ops[i], 0, 1));
+        memcpy(want1, r1, (size_t)bytes), memcpy(want2, r2, (size_t)bytes);
+        memset(r1, 0x5a, (size_t)bytes), memset(r2, 0x5a, (size_t)bytes);
+        CHECK(plan(e, 7) == 7);
+        CHECK(g_plan.matmul && g_plan.n_steps == 5 && g_plan.n_elided == 2);
+        for (int nth = 1; nth <= 3; nth += 2) {
+            void *scratches[3] = {scratch, scratch, scratch};
+            tpu_fuse_mm_begin(&g_run, &g_plan, scratches);
+            for (int ith = nth - 1; ith >= 0; ith--)
+                CHECK_OK(tpu_fuse_mm_share(&g_run, ith, nth));
+            int failed = -1;
+            CHECK_OK(tpu_fuse_mm_end(&g_run, nth, &failed));
+            CHECK(failed == -1);
+            CHECK(memcmp(want1, r1, (size_t)bytes) == 0 && memcmp(want2, r2, (size_t)bytes) == 0);
+        }
+    }
+    tpu_kernels_set_reference(false);
+    void *all[] = {a, b, pp, c, t, u, r1, r2, want1, want2, scratch};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        free(all[i]);
+}
+
 /* ------------------------------------------------------------ stream */
 
 static void test_stream_fused_mode(void) {
@@ -363,6 +416,7 @@ static void test_stream_fused_mode(void) {
 int main(void) {
     test_what_joins_a_product();
     test_results_match_unfused();
+    test_unrelated_chain_in_epilogue();
     test_stream_fused_mode();
     return check_report();
 }

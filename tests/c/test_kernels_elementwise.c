@@ -1754,6 +1754,59 @@ static void test_mixed(void) {
 
 /* --------------------------------------------------------- in place */
 
+/* pow with a scalar exponent: 2, 3, +-0.5, -1 and -2 are PyTorch's
+ * arithmetic forms (the vector loops take them), 2.5 is pow(); every way
+ * (reference, each ISA, flat runs) gives the expected bits, specials
+ * (zeros, infinities, NaN, negatives) included. */
+static void test_pow_scalar_exponents(void) {
+    static const double exps[] = {2, 3, 0.5, -0.5, -1, -2, 2.5};
+    static const tpu_dtype dts[] = {F32, BF16, F16};
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+        for (size_t k = 0; k < sizeof exps / sizeof exps[0]; k++) {
+            const tpu_dtype dt = dts[d];
+            const double e = exps[k];
+            buf a, o;
+            buf_make(&a, dt, ROWS, COLS, LY_CONTIG);
+            int fa[N_SPECIALS];
+            for (int i = 0; i < N_SPECIALS; i++)
+                fa[i] = i;
+            fill(&a.t, DM_ANY, fa, N_SPECIALS, false);
+            buf_snap(&a);
+            buf_make(&o, dt, ROWS, COLS, LY_CONTIG);
+            buf_snap(&o);
+            tpu_op op;
+            memset(&op, 0, sizeof op);
+            op.code = TPU_OP_BINARY;
+            op.fn = TPU_BINARY_POW;
+            op.n_in = 1;
+            op.out = o.t;
+            op.in[0] = a.t;
+            op.p.ew.common = dt;
+            op.p.ew.alpha = sc(1, 1);
+            op.p.ew.other = sc(e, 0);
+            CHECK_OK(tpu_op_check(&op));
+            int64_t n = t_numel(&op.out);
+            ex *want = calloc((size_t)n, sizeof *want);
+            for (int64_t i = 0; i < n; i++) {
+                const float x = (float)t_read_f(t_at(&a.t, i), dt);
+                const float v = e == 2 ? x * x : e == 3 ? (x * x) * x : e == 0.5 ? sqrtf(x)
+                              : e == -0.5 ? 1.0f / sqrtf(x) : e == -1 ? 1.0f / x
+                              : e == -2 ? 1.0f / (x * x) : (float)pow((double)x, e);
+                want[i].is_f = true;
+                want[i].fixed = true;
+                want[i].hi = t_quant(v, dt);
+            }
+            tolspec ts = {0, 0, true};
+            char label[64];
+            snprintf(label, sizeof label, "pow %s ** %g", dt_name(dt), e);
+            buf *ins[1] = {&a};
+            run_all(label, &op, &o, ins, 1, want, &ts, &op);
+            free(want);
+            buf_free(&a);
+            buf_free(&o);
+        }
+}
+
 static void test_inplace(void) {
     static const tpu_dtype dts[] = {F32, BF16};
     for (int d = 0; d < 2; d++) {
@@ -2517,6 +2570,7 @@ int main(void) {
     test_functions();
     test_mixed();
     test_inplace();
+    test_pow_scalar_exponents();
     test_empty_and_scalar();
     test_ternary_functions();
     test_ternary_mixed();
