@@ -214,7 +214,10 @@ uint64_t tpu_rt_now_ns(void);
 /* Polls, unlocked, until *counter >= target (true; an acquire load, so
  * what was written before the counter's release is visible) or `ns` have
  * passed (false). For a thread about to sleep on a condition variable
- * whose wake-up, on a VM, costs more than a small op takes. */
+ * whose wake-up, on a VM, costs more than a small op takes. Every few
+ * polls it yields the core: the host thread, the stream worker and the
+ * pool's workers are more threads than the cores, and a poller that
+ * never yields keeps the thread it waits for off the core. */
 bool tpu_rt_poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_t ns);
 
 /* ---------------------------------------------------------------- mode.c */

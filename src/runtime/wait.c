@@ -13,6 +13,7 @@
  * the GIL and wants that mutex. */
 #define _POSIX_C_SOURCE 200809L
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <time.h>
@@ -39,8 +40,15 @@ bool tpu_rt_poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_
         if (atomic_load_explicit(counter, memory_order_acquire) >= target)
             return true;
         cpu_relax();
-        if (i % 64 == 0 && tpu_rt_now_ns() - start > ns)
-            return false;
+        if (i % 64 == 0) { /* about a microsecond of pauses */
+            if (tpu_rt_now_ns() - start > ns)
+                return false;
+            /* Lets a runnable thread on this core (the one polled for,
+             * often) run now instead of at the end of our time slice:
+             * without it a 2-thread op issued from Python took 90 us on
+             * 2 cores instead of 12. */
+            sched_yield();
+        }
     }
 }
 
