@@ -393,9 +393,108 @@ static void pack_b(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, int64
     }
 }
 
+/* ADDMM's finish of one run of n outputs: dst[j] = fmaf(alpha, acc[j],
+ * beta * bias[j * bstep]), or alpha * acc[j] when bias is NULL (beta ==
+ * 0, the bias unread): tpu_k_mm_store_f32's arithmetic for alpha != 0,
+ * element for element (ISO C mode does not contract beta * bias into the
+ * fma). Built per ISA so that fmaf is one instruction per vector. */
+static inline __attribute__((always_inline)) void addmm_run_body(float *dst, const float *acc,
+                                                                 const float *bias, int64_t bstep,
+                                                                 int64_t n, float alpha,
+                                                                 float beta) {
+    if (bias == NULL)
+        for (int64_t j = 0; j < n; j++)
+            dst[j] = alpha * acc[j];
+    else if (bstep == 0)
+        for (int64_t j = 0; j < n; j++)
+            dst[j] = fmaf(alpha, acc[j], beta * bias[0]);
+    else
+        for (int64_t j = 0; j < n; j++)
+            dst[j] = fmaf(alpha, acc[j], beta * bias[j]);
+}
+
+#define ADDMM_RUN_PARAMS                                                                           \
+    (float *dst, const float *acc, const float *bias, int64_t bstep, int64_t n, float alpha,       \
+     float beta)
+#define ADDMM_RUN_ARGS (dst, acc, bias, bstep, n, alpha, beta)
+static void addmm_run_portable ADDMM_RUN_PARAMS { addmm_run_body ADDMM_RUN_ARGS; }
+#if TPU_K_X86
+__attribute__((target("avx2,fma"))) static void addmm_run_avx2 ADDMM_RUN_PARAMS {
+    addmm_run_body ADDMM_RUN_ARGS;
+}
+__attribute__((target("avx512f,avx2,fma"))) static void addmm_run_avx512 ADDMM_RUN_PARAMS {
+    addmm_run_body ADDMM_RUN_ARGS;
+}
+#endif
+static void addmm_run ADDMM_RUN_PARAMS {
+#if TPU_K_X86
+    if (tpu_k_cpu_has_avx512()) {
+        addmm_run_avx512 ADDMM_RUN_ARGS;
+        return;
+    }
+    if (tpu_k_cpu_has_avx2_fma()) {
+        addmm_run_avx2 ADDMM_RUN_ARGS;
+        return;
+    }
+#endif
+    addmm_run_portable ADDMM_RUN_ARGS;
+}
+#undef ADDMM_RUN_PARAMS
+#undef ADDMM_RUN_ARGS
+
+/* Outputs per run of addmm_store_rows (two runs of this many floats live
+ * on the stack). */
+enum { ADDMM_RUN = 512 };
+
+/* ADDMM into an out of f32, f16 or bf16 whose rows are contiguous and
+ * aligned, alpha != 0, and a bias (when beta != 0) of a floating dtype
+ * whose rows are contiguous or one broadcast value: finishes the block a
+ * run of a row at a time (addmm_run; f16/bf16 bias runs converted first,
+ * f16/bf16 out rounded by the run conversion). The same bytes as
+ * tpu_k_mm_store_f32. Returns false, writing nothing, for other forms. */
+static bool addmm_store_rows(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
+                             const float *cbuf, int64_t ldc) {
+    const tpu_tensor *o = &op->out, *c = &op->in[2];
+    bool use_bias = op->p.mm.beta != 0.0;
+    bool float_out = o->dtype == TPU_DTYPE_F32 || o->dtype == TPU_DTYPE_F16 ||
+                     o->dtype == TPU_DTYPE_BF16;
+    bool float_bias = c->dtype == TPU_DTYPE_F32 || c->dtype == TPU_DTYPE_F16 ||
+                      c->dtype == TPU_DTYPE_BF16;
+    if (op->fn != TPU_MATMUL_ADDMM || op->p.mm.alpha == 0.0 || !float_out ||
+        o->strides[1] != 1 || !tpu_k_is_aligned(o) ||
+        (use_bias && (!float_bias || !tpu_k_is_aligned(c) || (c->strides[1] != 0 && c->strides[1] != 1))))
+        return false;
+    const float alpha = (float)op->p.mm.alpha, beta = (float)op->p.mm.beta;
+    float bias_run[ADDMM_RUN], out_run[ADDMM_RUN];
+    for (int64_t i = 0; i < mb; i++)
+        for (int64_t j0 = 0; j0 < nb; j0 += ADDMM_RUN) {
+            int64_t n = nb - j0 < ADDMM_RUN ? nb - j0 : ADDMM_RUN;
+            const float *bias = NULL;
+            int64_t bstep = use_bias ? c->strides[1] : 0;
+            if (use_bias) {
+                const void *bp = tpu_k_ptr(c, (ic + i) * c->strides[0] + (jc + j0) * c->strides[1]);
+                if (c->dtype == TPU_DTYPE_F32)
+                    bias = bp;
+                else if (bstep == 0)
+                    bias_run[0] = tpu_k_load_f32(bp, c->dtype), bias = bias_run;
+                else
+                    tpu_k_cvt_to_f32(bias_run, bp, c->dtype, n), bias = bias_run;
+            }
+            void *dst = tpu_k_ptr(o, (ic + i) * o->strides[0] + jc + j0);
+            if (o->dtype == TPU_DTYPE_F32) {
+                addmm_run(dst, cbuf + i * ldc + j0, bias, bstep, n, alpha, beta);
+            } else {
+                addmm_run(out_run, cbuf + i * ldc + j0, bias, bstep, n, alpha, beta);
+                tpu_k_cvt_from_f32(dst, o->dtype, out_run, n);
+            }
+        }
+    return true;
+}
+
 /* Writes a finished C block (mb x nb at rows ic, columns jc) to out. MM
- * with an aligned f32 out stores the accumulators directly; everything else goes
- * through tpu_k_mm_store_f32, which gives the same bytes for MM. */
+ * with an aligned f32 out stores the accumulators directly, ADDMM's
+ * common forms go through addmm_store_rows, everything else through
+ * tpu_k_mm_store_f32, which gives the same bytes. */
 void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc, int64_t nb,
                             const float *cbuf, int64_t ldc) {
     const tpu_tensor *o = &op->out;
@@ -417,6 +516,8 @@ void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc
                                cbuf + i * ldc, nb);
         return;
     }
+    if (addmm_store_rows(op, ic, mb, jc, nb, cbuf, ldc))
+        return;
     for (int64_t i = 0; i < mb; i++)
         for (int64_t j = 0; j < nb; j++)
             tpu_k_mm_store_f32(op, ic + i, jc + j, cbuf[i * ldc + j]);

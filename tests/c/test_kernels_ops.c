@@ -316,6 +316,16 @@ static const krow k_rows[] = {
     {"addmm f32 bcast bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"addmm beta 0 nan bias", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 1.5, 0, TPU_PRECISION_HIGH, S_NAN_BIAS, 2e-4},
     {"addmm bf16", T_ADDMM, 2, {23, 31, 19}, BF16, {BF16, BF16, BF16}, 3, L_TRANS, L_BCAST, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    /* ADDMM's row finish (addmm_store_rows): runs longer than its 512,
+     * a column-broadcast bias, f16/bf16 out and bias, and the forms it
+     * leaves to the element loop (alpha 0, misaligned out) */
+    {"addmm f32 wide", T_ADDMM, 2, {20, 33, 1100}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0.5, 2, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm f32 col bias", T_ADDMM, 2, {20, 17, 40}, F32, {F32, F32, F32}, 3, L_CONTIG, L_COLB, 0, -1.5, 0.25, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm f16", T_ADDMM, 2, {23, 31, 600}, F16, {F16, F16, F16}, 3, L_CONTIG, L_CONTIG, 0, 1, 0.5, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm bf16 wide bias", T_ADDMM, 2, {23, 31, 600}, BF16, {BF16, BF16, BF16}, 3, L_CONTIG, L_CONTIG, 0, 2, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm bf16 col bias", T_ADDMM, 2, {23, 31, 40}, BF16, {BF16, BF16, BF16}, 3, L_CONTIG, L_COLB, 0, 1, 3, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm alpha 0", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_CONTIG, L_CONTIG, 0, 0, 1.5, TPU_PRECISION_HIGHEST, 0, 1e-5},
+    {"addmm f32 misaligned out", T_ADDMM, 2, {23, 31, 19}, F32, {F32, F32, F32}, 3, L_ODD, L_CONTIG, 0, 1, 1, TPU_PRECISION_HIGHEST, 0, 1e-5},
     {"addmm f64 k=0", T_ADDMM, 2, {4, 0, 3}, F64, {F64, F64, F64}, 3, L_CONTIG, L_CONTIG, 0, 1, 3, TPU_PRECISION_HIGHEST, 0, 1e-14},
 };
 
