@@ -7,7 +7,8 @@
  * the value and the size, and is reported at the next sync. Nothing is
  * ever read or written through it.
  *
- * Work split. Gathers: contiguous ranges of out's row-major elements.
+ * Work split. Gathers: contiguous ranges of out's row-major elements
+ * (the fast path of whole-row selects: of its rows).
  * Embedding backward: contiguous ranges of out's rows; each share scans
  * every index in order and adds the gradient rows that land in its own
  * rows, so every output row is summed in index order by one share,
@@ -67,6 +68,49 @@ static tpu_status gather_ref(const tpu_op *op, int ith, int nth) {
         memcpy(tpu_k_ptr(o, it.off[0]), tpu_k_ptr(src, it.off[1] + k * src->strides[dim]), es);
     }
     return TPU_OK;
+}
+
+/* SELECT whose dims after `dim` are one row-major block in both out and
+ * src (an embedding lookup's rows, index_select of whole rows): out is
+ * [outer, index, inner] and each (outer, index) row is one memcpy of
+ * inner elements, split into contiguous ranges of rows. The same bytes as
+ * gather_ref, and the same check of every index read. Returns false,
+ * having written nothing, when the layout does not qualify. */
+static bool select_rows(const tpu_op *op, int ith, int nth, tpu_status *st) {
+    const tpu_tensor *o = &op->out, *src = &op->in[0], *idx = &op->in[1];
+    const int32_t dim = op->p.index.dim;
+    if (op->fn != TPU_INDEX_SELECT || tpu_k_numel(o) == 0)
+        return false;
+    int64_t inner = 1;
+    for (int32_t d = o->ndim - 1; d > dim; d--) {
+        if (o->sizes[d] != 1 && (o->strides[d] != inner || src->strides[d] != inner))
+            return false;
+        inner *= o->sizes[d];
+    }
+    const int64_t n = o->sizes[dim], rows = tpu_k_numel(o) / inner, size = src->sizes[dim];
+    const size_t es = tpu_dtype_size(o->dtype);
+    int64_t r0, r1;
+    tpu_k_split(rows, ith, nth, &r0, &r1);
+    *st = TPU_OK;
+    for (int64_t r = r0; r < r1; r++) {
+        /* Row r is (outer position r / n, index r % n); the outer
+         * position's offsets come from its digits over dims < dim. */
+        int64_t i = r % n, rest = r / n, o_off = i * o->strides[dim], s_off = 0;
+        for (int32_t d = dim - 1; d >= 0; d--) {
+            int64_t q = rest % o->sizes[d];
+            rest /= o->sizes[d];
+            o_off += q * o->strides[d];
+            s_off += q * src->strides[d];
+        }
+        int64_t k = tpu_k_load_index(tpu_k_ptr(idx, i * idx->strides[0]), idx->dtype);
+        if (!index_ok(op, k, size)) {
+            *st = TPU_ERR_INDEX;
+            return true;
+        }
+        memcpy(tpu_k_ptr(o, o_off), tpu_k_ptr(src, s_off + k * src->strides[dim]),
+               (size_t)inner * es);
+    }
+    return true;
 }
 
 /* EMBEDDING_BACKWARD: rows [r0, r1) of out. With f32_rows (the fast
@@ -197,5 +241,8 @@ tpu_status tpu_k_index_fast(const tpu_op *op, int ith, int nth) {
         return tpu_k_interp_fast(op, ith, nth);
     if (op->fn == TPU_INDEX_EMBEDDING_BACKWARD && embedding_backward_f32_rows(op))
         return embedding_backward(op, ith, nth, true);
+    tpu_status st;
+    if (select_rows(op, ith, nth, &st))
+        return st;
     return tpu_k_index_ref(op, ith, nth);
 }

@@ -167,6 +167,20 @@ static void test_select(void) {
                                shapes[s].sizes, out_sizes, dim, rot % L_COUNT, (rot / 4) % L_COUNT,
                                (rot / 3) % 2 ? L_GAP : L_CONTIG);
                 }
+    /* Whole rows (the fast path's memcpy per row): row-major src and out
+     * along every dim, an embedding's shape, and a gapped src (the
+     * element path). */
+    for (size_t s = 1; s < 3; s++)
+        for (int dim = 0; dim < shapes[s].ndim; dim++)
+            for (int ls = 0; ls < 2; ls++) {
+                int64_t out_sizes[3];
+                memcpy(out_sizes, shapes[s].sizes, sizeof out_sizes);
+                out_sizes[dim] = 11;
+                run_gather(true, F32, I64, shapes[s].ndim, shapes[s].sizes, out_sizes, dim,
+                           ls ? L_GAP : L_CONTIG, L_CONTIG, L_CONTIG);
+            }
+    run_gather(true, BF16, I64, 2, (int64_t[]){300, 77}, (int64_t[]){40, 77}, 0, L_CONTIG,
+               L_CONTIG, L_GAP);
 }
 
 static void test_gather(void) {
