@@ -511,6 +511,10 @@ void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc
         float *base = (float *)o->data;
         for (int64_t i = 0; i < mb; i++) {
             float *row = base + (ic + i) * o->strides[0] + jc * o->strides[1];
+            if (o->strides[1] == 1) {
+                memcpy(row, cbuf + i * ldc, (size_t)nb * sizeof(float));
+                continue;
+            }
             for (int64_t j = 0; j < nb; j++)
                 row[j * o->strides[1]] = cbuf[i * ldc + j];
         }

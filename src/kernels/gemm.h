@@ -63,9 +63,15 @@ typedef struct {
 } tpu_k_gemm_pair_config;
 
 /* The pair kernel, or NULL when the CPU lacks AVX512-BF16, the ISA cap
- * is below avx512, or the instruction failed the one-time check that it
- * computes the flushing chain of matmul.h bit for bit. Thread-safe. */
+ * is below avx512, the instruction failed the one-time check that it
+ * computes the flushing chain of matmul.h bit for bit, or a one-time
+ * timing found the f32 kernel faster on this CPU (the f32 kernel under
+ * FTZ/DAZ gives the same bits). Thread-safe. */
 const tpu_k_gemm_pair_config *tpu_k_gemm_pair_config_get(void);
+
+/* The same without the timing: the pair kernel wherever it is exact (for
+ * tests that must reach it on every CPU that has it). */
+const tpu_k_gemm_pair_config *tpu_k_gemm_pair_config_exact(void);
 
 /* What packing reads: the operands, their dtype, the precision and the
  * terms per k (matmul.h). */

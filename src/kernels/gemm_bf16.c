@@ -1,11 +1,15 @@
 /* bf16 pair products for the packed GEMM (gemm.h): the AVX512-BF16
  * micro-kernel, the packing of operands into bf16 pairs, and the
- * one-time check that the CPU's VDPBF16PS computes matmul.h's flushing
- * chain. gemm.c's driver runs them for chains of bf16 values. */
+ * one-time checks that the CPU's VDPBF16PS computes matmul.h's flushing
+ * chain and is faster than the f32 kernel at it. gemm.c's driver runs
+ * them for chains of bf16 values. */
+#define _POSIX_C_SOURCE 200809L
+
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "gemm.h"
 #include "kernels_internal.h"
@@ -329,21 +333,78 @@ static bool pair_kernel_matches(const tpu_k_gemm_pair_config *cfg) {
     return true;
 }
 
-static bool g_pair_ok;
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Whether the pair kernel computes a tile faster than the f32 kernel
+ * (under FTZ/DAZ, the other way to the same bits) on this CPU: AMD's
+ * VDPBF16PS does twice an FMA's products per cycle, but on an Intel
+ * Xeon (Emerald Rapids) it issues at half the FMA rate and the pair
+ * kernel ran bf16 GEMMs at half the f32 kernel's speed. Both compute the
+ * same k = 512 on panels that stay in L1, the best of five alternating
+ * rounds (about a millisecond in all, once per process). */
+static bool pair_kernel_faster(const tpu_k_gemm_pair_config *pc) {
+    const tpu_k_gemm_config *fc = tpu_k_gemm_config_get();
+    enum { K = 512, CALLS = 64, ROUNDS = 5 };
+    if (fc->mr != pc->mr || fc->nr != pc->nr || fc->mr * fc->nr > 256)
+        return true; /* not comparable tile for tile: keep the pairs */
+    static uint32_t ap[K / 2 * 8], bp[K / 2 * 32];
+    static float af[K * 8], bf[K * 32];
+    float c[256];
+    for (int i = 0; i < K / 2 * 8; i++)
+        ap[i] = 0x3f803f80u; /* the pair (1, 1) */
+    for (int i = 0; i < K / 2 * 32; i++)
+        bp[i] = 0x3f003f00u; /* (0.5, 0.5) */
+    for (int i = 0; i < K * 8; i++)
+        af[i] = 1.0f;
+    for (int i = 0; i < K * 32; i++)
+        bf[i] = 0.5f;
+    uint64_t best_pair = UINT64_MAX, best_f32 = UINT64_MAX;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t t0 = now_ns();
+        for (int n = 0; n < CALLS; n++)
+            pc->kernel(K / 2, ap, bp, c, pc->nr, n > 0);
+        uint64_t t1 = now_ns();
+        for (int n = 0; n < CALLS; n++)
+            fc->kernel(K, af, 1, fc->mr, bf, fc->nr, c, fc->nr, n > 0);
+        uint64_t t2 = now_ns();
+        if (t1 - t0 < best_pair)
+            best_pair = t1 - t0;
+        if (t2 - t1 < best_f32)
+            best_f32 = t2 - t1;
+    }
+    return best_pair < best_f32;
+}
+
+static bool g_pair_exact, g_pair_faster;
 static pthread_once_t g_pair_once = PTHREAD_ONCE_INIT;
 
 static void pair_check_once(void) {
-    g_pair_ok = __builtin_cpu_supports("avx512bf16") && pair_kernel_matches(&k_pair_avx512);
+    g_pair_exact = __builtin_cpu_supports("avx512bf16") && pair_kernel_matches(&k_pair_avx512);
+    g_pair_faster = g_pair_exact && pair_kernel_faster(&k_pair_avx512);
 }
 #endif
 
-const tpu_k_gemm_pair_config *tpu_k_gemm_pair_config_get(void) {
+/* The pair kernel if it passed the checks named by `want_faster`. */
+static const tpu_k_gemm_pair_config *pair_config(bool want_faster) {
 #if TPU_K_X86
     if (!tpu_k_cpu_has_avx512())
         return NULL;
     pthread_once(&g_pair_once, pair_check_once);
-    return g_pair_ok ? &k_pair_avx512 : NULL;
+    return (want_faster ? g_pair_faster : g_pair_exact) ? &k_pair_avx512 : NULL;
 #else
+    (void)want_faster;
     return NULL;
 #endif
+}
+
+const tpu_k_gemm_pair_config *tpu_k_gemm_pair_config_get(void) {
+    return pair_config(true);
+}
+
+const tpu_k_gemm_pair_config *tpu_k_gemm_pair_config_exact(void) {
+    return pair_config(false);
 }

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "check.h"
+#include "gemm.h"
 #include "kernel_test.h"
+#include "matmul.h"
 
 /* ------------------------------------------------------------ tensors */
 
@@ -799,10 +801,67 @@ static void test_mm_flush_edges(void) {
     tpu_kernels_set_reference(false);
 }
 
+/* The bf16 pair kernel itself, on every CPU where it is exact, even
+ * where the driver prefers the f32 kernel for speed (so the rows above
+ * never reach it): random 8 x 32 tiles of bf16 values around FLT_MIN
+ * and of ordinary size, over odd and long k, started fresh and
+ * continued, against tpu_k_mm_fma_flush applied in order, bit for bit.
+ * A pair puts k's bits in the high half (gemm.h). */
+static void test_pair_kernel_direct(void) {
+    const tpu_k_gemm_pair_config *pc = tpu_k_gemm_pair_config_exact();
+    if (pc == NULL) {
+        printf("  pair kernel: not on this CPU (no AVX512-BF16, or not exact)\n");
+        return;
+    }
+    enum { KMAX = 70 };
+    const int mr = pc->mr, nr = pc->nr;
+    static const int ks[] = {1, 2, 7, 64, KMAX};
+    for (int tiny = 0; tiny < 2; tiny++)
+        for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++) {
+            int k = ks[q], kq = (k + 1) / 2;
+            float a[8][KMAX + 1], b[KMAX + 1][32], c[8 * 32], want[8 * 32];
+            uint32_t ap[(KMAX / 2 + 1) * 8], bp[(KMAX / 2 + 1) * 32];
+            CHECK(mr == 8 && nr == 32);
+            for (int i = 0; i < mr; i++)
+                for (int t = 0; t <= k; t++)
+                    a[i][t] = t == k ? -0.0f : tpu_bf16_to_f32(tpu_f32_to_bf16(
+                        (float)ldexp(t_unit() * 2 - 1, tiny ? (int)(t_rand() % 12) - 69 : 0)));
+            for (int t = 0; t <= k; t++)
+                for (int j = 0; j < nr; j++)
+                    b[t][j] = t == k ? 0.0f : tpu_bf16_to_f32(tpu_f32_to_bf16(
+                        (float)ldexp(t_unit() * 2 - 1, tiny ? (int)(t_rand() % 12) - 59 : 0)));
+            for (int t = 0; t < kq; t++) { /* an odd k's pad is (-0) * (+0) */
+                for (int i = 0; i < mr; i++)
+                    ap[t * mr + i] = (uint32_t)tpu_f32_to_bf16(a[i][2 * t]) << 16 |
+                                     tpu_f32_to_bf16(a[i][2 * t + 1 < k ? 2 * t + 1 : k]);
+                for (int j = 0; j < nr; j++)
+                    bp[t * nr + j] = (uint32_t)tpu_f32_to_bf16(b[2 * t][j]) << 16 |
+                                     tpu_f32_to_bf16(b[2 * t + 1 < k ? 2 * t + 1 : k][j]);
+            }
+            for (int i = 0; i < mr; i++)
+                for (int j = 0; j < nr; j++) {
+                    float acc = 0.0f;
+                    for (int rep = 0; rep < 2; rep++) /* fresh, then continued */
+                        for (int t = 0; t < k; t++)
+                            acc = tpu_k_mm_fma_flush(a[i][t], b[t][j], acc);
+                    want[i * nr + j] = acc;
+                }
+            pc->kernel(kq, ap, bp, c, nr, false);
+            pc->kernel(kq, ap, bp, c, nr, true);
+            int bad = 0;
+            for (int e = 0; e < mr * nr; e++)
+                bad += memcmp(&c[e], &want[e], sizeof c[e]) != 0;
+            CHECK(bad == 0);
+            if (bad)
+                fprintf(stderr, "    pair kernel: k=%d tiny=%d: %d outputs differ\n", k, tiny, bad);
+        }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
         run_row(&k_rows[i]);
     test_mm_flush_edges();
+    test_pair_kernel_direct();
     tpu_kernels_set_reference(false);
     return check_report();
 }
