@@ -249,6 +249,41 @@ def test_matmul_precision_uses_bf16_passes(native_only):
     torch.testing.assert_close(medium, one_pass, rtol=1e-4, atol=1e-4)
 
 
+def test_addmm_scalars_become_floats_as_on_cpu(mode, native_only):
+    # alpha and beta are converted to float for a float32 product: one that
+    # rounds to 0 leaves the NaN it multiplies unread, one that overflows
+    # is an error, as on the CPU.
+    a, b = torch.ones(2, 3), torch.ones(3, 4)
+    nan_bias = torch.full((4,), float("nan"))
+    assert_same(torch.addmm(nan_bias.to("tpu"), a.to("tpu"), b.to("tpu"), beta=1e-50),
+                torch.addmm(nan_bias, a, b, beta=1e-50))
+    inf_a = a.clone()
+    inf_a[0, 0] = float("inf")
+    ones = torch.ones(4)
+    assert_same(torch.addmm(ones.to("tpu"), inf_a.to("tpu"), b.to("tpu"), alpha=1e-50),
+                torch.addmm(ones, inf_a, b, alpha=1e-50))
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.addmm(ones, a, b, alpha=1e39)  # the CPU's own refusal, for reference
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.addmm(ones.to("tpu"), a.to("tpu"), b.to("tpu"), alpha=1e39).cpu()
+
+
+@pytest.mark.parametrize("precision", ["highest", "high", "medium"])
+def test_matmul_precision_keeps_infinities(precision, native_only):
+    # The three-pass split of "high" must not multiply an infinity by a
+    # zero low part (NaN), nor round a finite value past bf16's range.
+    a = torch.tensor([[float("inf"), 1.0], [-float("inf"), 2.0], [3.0e38, 0.0], [1.0, 2.0]])
+    b = torch.tensor([[2.0, 0.5], [3.0, -1.0]])
+    previous = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision(precision)
+        got = (a.to("tpu") @ b.to("tpu")).cpu()
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    want = (a.double() @ b.double()).float()
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=0)
+
+
 def test_mm_errors():
     with pytest.raises(RuntimeError, match="cannot be multiplied"):
         torch.ones(2, 3, device="tpu") @ torch.ones(4, 2, device="tpu")

@@ -58,8 +58,12 @@ void run(const char* name, const at::Tensor& out, const at::Tensor& a, const at:
   op.in[0] = describe(a, name);
   op.in[1] = describe(b, name);
   if (bias.defined()) op.in[2] = describe(bias.expand(out.sizes()), name);
-  op.p.mm.alpha = alpha.toDouble();
-  op.p.mm.beta = beta.toDouble();
+  // Products of every dtype but double finish in float: alpha and beta
+  // become floats as on PyTorch's CPU (an error if one overflows; one
+  // that rounds to 0 counts as 0, so a NaN bias or product stays unread).
+  const bool wide = out.scalar_type() == at::kDouble;
+  op.p.mm.alpha = wide ? alpha.toDouble() : static_cast<double>(alpha.to<float>());
+  op.p.mm.beta = wide ? beta.toDouble() : static_cast<double>(beta.to<float>());
   op.p.mm.precision = current_precision();
   submit(out.device().index(), op, name);
 }

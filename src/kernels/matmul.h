@@ -10,8 +10,11 @@
  *       exact in f32, and so are their products);
  *   f32 MEDIUM: passes 1, a' = bf16(a), b' = bf16(b) (exact products);
  *   f32 HIGH:   passes 3, parts (hi*hi, hi*lo, lo*hi) with hi = bf16(x) and
- *       lo = bf16(x - hi) (lo = 0 when hi is not finite, so infinities
- *       stay infinities); exact products.
+ *       lo = bf16(x - hi); a finite x beyond bf16's range takes hi = the
+ *       largest bf16 of its sign (bf16(x) would be infinite), and an
+ *       infinite or NaN x is itself in the first pass and 0 in the two
+ *       cross passes, so infinities stay infinities (never inf * 0 =
+ *       NaN there); exact products.
  * f64 operands: one f64 accumulator with fma, precision ignored. Because
  * both paths use this exact order, they agree bit for bit.
  *
@@ -55,10 +58,12 @@ static inline float tpu_k_mm_part(float x, tpu_dtype dt, tpu_precision prec, tpu
     if (prec == TPU_PRECISION_MEDIUM)
         return hi;
     /* HIGH: lhs parts are (hi, hi, lo), rhs parts (hi, lo, hi). */
+    if (!isfinite(x))
+        return part == 0 ? x : 0.0f;
+    if (!isfinite(hi))
+        hi = copysignf(0x1.fep127f, x); /* bf16's largest */
     bool want_lo = side == TPU_K_MM_LHS ? part == 2 : part == 1;
-    if (!want_lo)
-        return hi;
-    return isfinite(hi) ? tpu_k_round_bf16(x - hi) : 0.0f;
+    return want_lo ? tpu_k_round_bf16(x - hi) : hi;
 }
 
 /* True when op's chain is one of bf16 values and so flushes subnormals

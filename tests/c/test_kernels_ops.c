@@ -801,6 +801,57 @@ static void test_mm_flush_edges(void) {
     tpu_kernels_set_reference(false);
 }
 
+/* f32 at HIGH (three bf16 passes) with infinities, NaN and finite
+ * values beyond bf16's range, on every path: the products must be what
+ * exact arithmetic gives (inf, not the inf * 0 = NaN of a cross pass;
+ * 3.4e38 * 0.5 finite, not bf16(3.4e38) = inf), against f64 sums. */
+static void test_mm_high_extremes(void) {
+    static const float a[5][2] = {{INFINITY, 1.0f}, {3.4e38f, 0.0f}, {-INFINITY, 2.0f},
+                                  {NAN, 1.0f}, {-3.39e38f, 0.0f}};
+    static const float b[2][2] = {{2.0f, 0.5f}, {3.0f, -1.0f}};
+    float want[5][2];
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 2; j++)
+            want[i][j] = (float)((double)a[i][0] * b[0][j] + (double)a[i][1] * b[1][j]);
+    float ob[5][2];
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    t_set_kind(&op, T_MM);
+    op.n_in = 2;
+    op.p.mm.alpha = 1;
+    op.p.mm.precision = TPU_PRECISION_HIGH;
+    op.in[0] = (tpu_tensor){.data = (void *)a, .sizes = {5, 2}, .strides = {2, 1}, .ndim = 2,
+                            .dtype = TPU_DTYPE_F32, .storage = (void *)a, .storage_nbytes = (int64_t)sizeof a};
+    op.in[1] = (tpu_tensor){.data = (void *)b, .sizes = {2, 2}, .strides = {2, 1}, .ndim = 2,
+                            .dtype = TPU_DTYPE_F32, .storage = (void *)b, .storage_nbytes = (int64_t)sizeof b};
+    op.out = (tpu_tensor){.data = ob, .sizes = {5, 2}, .strides = {2, 1}, .ndim = 2,
+                          .dtype = TPU_DTYPE_F32, .storage = ob, .storage_nbytes = (int64_t)sizeof ob};
+    CHECK_OK(tpu_op_check(&op));
+    for (int w = 0; w < 4; w++) {
+        static const tpu_isa isas[4] = {TPU_ISA_COUNT - 1, TPU_ISA_COUNT - 1, TPU_ISA_AVX2,
+                                        TPU_ISA_PORTABLE};
+        tpu_kernels_set_reference(w == 0);
+        tpu_kernels_set_isa(isas[w]);
+        CHECK_OK(run_shares(&op, 1));
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < 2; j++) {
+                /* Three bf16 parts carry about 16 of x's 24 bits: finite
+                 * results within 2^-14, non-finite ones exactly. */
+                bool same = isnan(want[i][j])   ? isnan(ob[i][j])
+                            : isinf(want[i][j]) ? ob[i][j] == want[i][j]
+                                                : isfinite(ob[i][j]) &&
+                                                      fabs((double)ob[i][j] - want[i][j]) <=
+                                                          0x1p-14 * fabs((double)want[i][j]);
+                CHECK(same);
+                if (!same)
+                    fprintf(stderr, "    mm HIGH [%d][%d] path %d: got %g, want %g\n", i, j, w,
+                            (double)ob[i][j], (double)want[i][j]);
+            }
+    }
+    tpu_kernels_set_isa(TPU_ISA_COUNT - 1);
+    tpu_kernels_set_reference(false);
+}
+
 /* The bf16 pair kernel itself, on every CPU where it is exact, even
  * where the driver prefers the f32 kernel for speed (so the rows above
  * never reach it): random 8 x 32 tiles of bf16 values around FLT_MIN
@@ -861,6 +912,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
         run_row(&k_rows[i]);
     test_mm_flush_edges();
+    test_mm_high_extremes();
     test_pair_kernel_direct();
     tpu_kernels_set_reference(false);
     return check_report();
