@@ -311,8 +311,8 @@ static bool pack_b_rows(const pack_ctx *cx, int64_t p0, int64_t kb, int64_t j0, 
         for (int64_t jr = 0; jr < nb; jr += nr) {
             float *row = dst + jr * kb + t * nr;
             int64_t cols = nb - jr < nr ? nb - jr : nr;
-            if (kind == PACK_F32 && cols == 32) {
-                memcpy(row, src + jr * 4, 32 * sizeof(float)); /* the AVX-512 tile's width, inlined */
+            if (kind == PACK_F32 && cols == 32 && nr == 32) { /* the AVX-512 tile: inlined */
+                memcpy(row, src + jr * 4, 32 * sizeof(float));
                 continue;
             }
             tpu_k_cvt_to_f32(row, src + jr * es, cx->dt, cols);
