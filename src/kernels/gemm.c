@@ -422,34 +422,10 @@ static inline __attribute__((always_inline)) void addmm_run_body(float *dst, con
             dst[j] = fmaf(alpha, acc[j], beta * bias[j]);
 }
 
-#define ADDMM_RUN_PARAMS                                                                           \
-    (float *dst, const float *acc, const float *bias, int64_t bstep, int64_t n, float alpha,       \
-     float beta)
-#define ADDMM_RUN_ARGS (dst, acc, bias, bstep, n, alpha, beta)
-static void addmm_run_portable ADDMM_RUN_PARAMS { addmm_run_body ADDMM_RUN_ARGS; }
-#if TPU_K_X86
-__attribute__((target("avx2,fma"))) static void addmm_run_avx2 ADDMM_RUN_PARAMS {
-    addmm_run_body ADDMM_RUN_ARGS;
-}
-__attribute__((target("avx512f,avx2,fma"))) static void addmm_run_avx512 ADDMM_RUN_PARAMS {
-    addmm_run_body ADDMM_RUN_ARGS;
-}
-#endif
-static void addmm_run ADDMM_RUN_PARAMS {
-#if TPU_K_X86
-    if (tpu_k_cpu_has_avx512()) {
-        addmm_run_avx512 ADDMM_RUN_ARGS;
-        return;
-    }
-    if (tpu_k_cpu_has_avx2_fma()) {
-        addmm_run_avx2 ADDMM_RUN_ARGS;
-        return;
-    }
-#endif
-    addmm_run_portable ADDMM_RUN_ARGS;
-}
-#undef ADDMM_RUN_PARAMS
-#undef ADDMM_RUN_ARGS
+TPU_K_ISA_VARIANTS(static, addmm_run, addmm_run,
+                   (float *dst, const float *acc, const float *bias, int64_t bstep, int64_t n,
+                    float alpha, float beta),
+                   (dst, acc, bias, bstep, n, alpha, beta))
 
 /* Outputs per run of addmm_store_rows (two runs of this many floats live
  * on the stack). */

@@ -114,6 +114,32 @@ bool tpu_k_cpu_has_avx2_fma(void);
  * (tpu_kernels_best_isa) and the ISA cap allows them. */
 bool tpu_k_cpu_has_avx512(void);
 
+/* Three builds of one always-inline body `name##_body` (portable, AVX2 +
+ * FMA, AVX-512), and `public_name`, which runs the best one the ISA cap
+ * allows. `linkage` is `static` for a file's own function, empty for an
+ * exported one; params and args are parenthesized lists. For loops that
+ * the compiler vectorizes by itself once the target allows it. */
+#if TPU_K_X86
+#define TPU_K_ISA_VARIANTS(linkage, name, public_name, params, args)                               \
+    static void name##_portable params { name##_body args; }                                       \
+    __attribute__((target("avx2,fma"))) static void name##_avx2 params { name##_body args; }       \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void name##_avx512 params \
+    {                                                                                              \
+        name##_body args;                                                                          \
+    }                                                                                              \
+    linkage void public_name params {                                                              \
+        if (tpu_k_cpu_has_avx512())                                                                \
+            name##_avx512 args;                                                                    \
+        else if (tpu_k_cpu_has_avx2_fma())                                                         \
+            name##_avx2 args;                                                                      \
+        else                                                                                       \
+            name##_portable args;                                                                  \
+    }
+#else
+#define TPU_K_ISA_VARIANTS(linkage, name, public_name, params, args)                               \
+    linkage void public_name params { name##_body args; }
+#endif
+
 /* Flat runs (tpu_op_span_of): each family's span function fills *s when
  * op has the flat run; in fast mode op_table.c runs such a record's
  * shares through tpu_k_span_share, and only the others through the

@@ -137,33 +137,12 @@ ROWS_INLINE void backward_body(float *dx, const float *g, const float *x, const 
     }
 }
 
-/* The three builds of each body, and the public function that runs the
- * best one the ISA cap allows. */
-#if TPU_K_X86
-#define ROWS_AVX2 __attribute__((target("avx2,fma")))
-#define ROWS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-#define ROWS_VARIANTS(name, public_name, params, args)                                             \
-    static void name##_portable params { name##_body args; }                                       \
-    ROWS_AVX2 static void name##_avx2 params { name##_body args; }                                 \
-    ROWS_AVX512 static void name##_avx512 params { name##_body args; }                             \
-    void public_name params {                                                                      \
-        if (tpu_k_cpu_has_avx512())                                                                \
-            name##_avx512 args;                                                                    \
-        else if (tpu_k_cpu_has_avx2_fma())                                                         \
-            name##_avx2 args;                                                                      \
-        else                                                                                       \
-            name##_portable args;                                                                  \
-    }
-#else
-#define ROWS_VARIANTS(name, public_name, params, args)                                             \
-    void public_name params { name##_body args; }
-#endif
-
-ROWS_VARIANTS(forward, tpu_k_norm_forward_row_f32,
+/* The three builds of each body (kernels_internal.h). */
+TPU_K_ISA_VARIANTS(, forward, tpu_k_norm_forward_row_f32,
               (float *y, const float *x, const float *w, const float *b, int64_t n, double eps,
                double *mean, double *rstd),
               (y, x, w, b, n, eps, mean, rstd))
-ROWS_VARIANTS(backward, tpu_k_norm_backward_row_f32,
+TPU_K_ISA_VARIANTS(, backward, tpu_k_norm_backward_row_f32,
               (float *dx, const float *g, const float *x, const float *w, int64_t n, double mean,
                double rstd, double *partial),
               (dx, g, x, w, n, mean, rstd, partial))

@@ -744,6 +744,16 @@ done:
         tb_free(&out);
 }
 
+/* The matmul paths a hand-built record runs on: the reference, then the
+ * fast kernels at the best ISA, at AVX2 and portable. */
+enum { MM_PATHS = 4 };
+static void set_mm_path(int w) {
+    static const tpu_isa isas[MM_PATHS] = {TPU_ISA_COUNT - 1, TPU_ISA_COUNT - 1, TPU_ISA_AVX2,
+                                           TPU_ISA_PORTABLE};
+    tpu_kernels_set_reference(w == 0);
+    tpu_kernels_set_isa(isas[w]);
+}
+
 /* The edge of matmul.h's tininess rule, on every path and dtype that
  * flushes: FLT_MIN, plus a product of -0.75 ulp, is tiny after rounding
  * to 24 bits with an unbounded exponent (zero); plus -0.25 ulp it rounds
@@ -785,11 +795,8 @@ static void test_mm_flush_edges(void) {
         op.out = (tpu_tensor){.data = ob, .sizes = {2, 1}, .strides = {1, 1}, .ndim = 2, .dtype = d,
                               .storage = ob, .storage_nbytes = (int64_t)sizeof ob};
         CHECK_OK(tpu_op_check(&op));
-        for (int w = 0; w < 4; w++) {
-            static const tpu_isa isas[4] = {TPU_ISA_COUNT - 1, TPU_ISA_COUNT - 1, TPU_ISA_AVX2,
-                                            TPU_ISA_PORTABLE};
-            tpu_kernels_set_reference(w == 0);
-            tpu_kernels_set_isa(isas[w]);
+        for (int w = 0; w < MM_PATHS; w++) {
+            set_mm_path(w);
             CHECK_OK(run_shares(&op, 1));
             for (int i = 0; i < 2; i++) {
                 double got = t_read_f(ob + i * es, d), oracle = t_chain_flush(&op, i, 0);
@@ -827,11 +834,8 @@ static void test_mm_high_extremes(void) {
     op.out = (tpu_tensor){.data = ob, .sizes = {5, 2}, .strides = {2, 1}, .ndim = 2,
                           .dtype = TPU_DTYPE_F32, .storage = ob, .storage_nbytes = (int64_t)sizeof ob};
     CHECK_OK(tpu_op_check(&op));
-    for (int w = 0; w < 4; w++) {
-        static const tpu_isa isas[4] = {TPU_ISA_COUNT - 1, TPU_ISA_COUNT - 1, TPU_ISA_AVX2,
-                                        TPU_ISA_PORTABLE};
-        tpu_kernels_set_reference(w == 0);
-        tpu_kernels_set_isa(isas[w]);
+    for (int w = 0; w < MM_PATHS; w++) {
+        set_mm_path(w);
         CHECK_OK(run_shares(&op, 1));
         for (int i = 0; i < 5; i++)
             for (int j = 0; j < 2; j++) {
