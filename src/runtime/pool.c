@@ -1,20 +1,31 @@
 /* The intra-op thread pool.
  *
- * size - 1 persistent worker threads plus the calling thread, which takes
+ * size - 1 persistent worker threads plus the calling thread, which runs
  * share ith = 0. One parallel region uses the workers at a time (the
  * `region` mutex); a caller that finds it taken runs its work alone, which
  * also makes nested use from inside a kernel safe.
  *
+ * Shares 1 .. nth-1 are claimed, not assigned: a worker that wakes takes
+ * the next unclaimed share, and so does the caller once share 0 is done.
+ * The cores are shared with the Python thread issuing ops and the stream
+ * workers, so a woken worker may wait a scheduler slice (milliseconds) for
+ * a core; with claiming, a share no worker has started by then runs on the
+ * caller instead of the region waiting for it. A share runs exactly once,
+ * on whichever thread claimed it, so kernels must not tie a share to a
+ * thread (per-share scratch is indexed by ith, never thread-local across
+ * shares), as the nth = 1 fallback already requires.
+ *
  * Every field below `lock` is read and written only under `lock`, so the
  * mutex orders all of them: the region's description is published to the
  * workers by the unlock that follows its writing and the lock each worker
- * takes before reading it; results come back the same way. The shares run
- * outside the lock, and what they write to memory is ordered before the
- * caller's return by the same lock/unlock pairs around `remaining`.
+ * takes before reading it and claiming; results come back the same way.
+ * The shares run outside the lock, and what they write to memory is
+ * ordered before the caller's return by the same lock/unlock pairs around
+ * `remaining`.
  *
  * Waking a sleeping thread costs tens of microseconds on a VM, as much
  * as a mid-sized op takes, so both sides poll a while before sleeping: a
- * worker for the next generation, the caller for its workers' shares
+ * worker for the next generation, the caller for the claimed shares
  * (`generation` and `shares_done` are atomic for these unlocked peeks;
  * their writes still happen under `lock`). */
 #define _POSIX_C_SOURCE 200809L
@@ -45,8 +56,9 @@ static struct {
     pool_fn fn;
     void *ctx;
     int nth;
-    int remaining;          /* worker shares of this region not yet returned */
-    int err_ith;            /* lowest failing worker share, INT_MAX if none */
+    int next_share;         /* the lowest share of this region nobody has claimed */
+    int remaining;          /* shares 1 .. nth-1 of this region not yet returned */
+    int err_ith;            /* lowest failing share >= 1, INT_MAX if none */
     tpu_status err;
     char err_msg[TPU_MSG_MAX];
 } g_pool = {
@@ -70,9 +82,30 @@ int tpu_pool_num_threads(void) {
 /* How long a thread of the pool polls before it sleeps. */
 #define POOL_SPIN_NS 50000
 
-/* A worker's loop: run share `ith` of each new region that needs it. */
+/* Claims the next unclaimed share of the current region: its ith, or 0
+ * when none is left. Under `lock`. */
+static int claim_locked(void) {
+    return g_pool.next_share < g_pool.nth ? g_pool.next_share++ : 0;
+}
+
+/* Records share ith's result and counts it returned. Under `lock`. */
+static void share_done_locked(int ith, tpu_status st) {
+    if (st != TPU_OK && ith < g_pool.err_ith) {
+        /* The message is in this thread's slot: carry it over to the
+         * caller, who reports the first failing share by ith. */
+        g_pool.err_ith = ith;
+        g_pool.err = st;
+        snprintf(g_pool.err_msg, sizeof g_pool.err_msg, "%s", tpu_last_error_message());
+    }
+    atomic_fetch_add_explicit(&g_pool.shares_done, 1, memory_order_release);
+    if (--g_pool.remaining == 0)
+        pthread_cond_signal(&g_pool.done_cv);
+}
+
+/* A worker's loop: claim and run shares of each new region while any is
+ * left. */
 static void *pool_worker(void *arg) {
-    int ith = (int)(intptr_t)arg;
+    (void)arg;
     pthread_mutex_lock(&g_pool.lock);
     /* Workers are started by the first region before it bumps the
      * generation, while it holds `region`: generation 0 is "seen". */
@@ -86,26 +119,15 @@ static void *pool_worker(void *arg) {
         while (atomic_load_explicit(&g_pool.generation, memory_order_relaxed) == seen)
             pthread_cond_wait(&g_pool.wake_cv, &g_pool.lock);
         seen = atomic_load_explicit(&g_pool.generation, memory_order_relaxed);
-        if (ith >= g_pool.nth)
-            continue; /* this region is narrower than the pool */
-        pool_fn fn = g_pool.fn;
-        void *ctx = g_pool.ctx;
-        int nth = g_pool.nth;
-        pthread_mutex_unlock(&g_pool.lock);
-
-        tpu_status st = fn(ctx, ith, nth);
-
-        pthread_mutex_lock(&g_pool.lock);
-        if (st != TPU_OK && ith < g_pool.err_ith) {
-            /* The message is in this thread's slot: carry it over to the
-             * caller, who reports the first failing share by ith. */
-            g_pool.err_ith = ith;
-            g_pool.err = st;
-            snprintf(g_pool.err_msg, sizeof g_pool.err_msg, "%s", tpu_last_error_message());
+        for (int ith; (ith = claim_locked()) != 0;) {
+            pool_fn fn = g_pool.fn;
+            void *ctx = g_pool.ctx;
+            int nth = g_pool.nth;
+            pthread_mutex_unlock(&g_pool.lock);
+            tpu_status st = fn(ctx, ith, nth);
+            pthread_mutex_lock(&g_pool.lock);
+            share_done_locked(ith, st);
         }
-        atomic_fetch_add_explicit(&g_pool.shares_done, 1, memory_order_release);
-        if (--g_pool.remaining == 0)
-            pthread_cond_signal(&g_pool.done_cv);
     }
     return NULL;
 }
@@ -123,7 +145,7 @@ static void start_workers(void) {
     pthread_sigmask(SIG_SETMASK, &all, &old);
     for (int ith = 1; ith < g_pool.size; ith++) {
         pthread_t t;
-        if (pthread_create(&t, NULL, pool_worker, (void *)(intptr_t)ith) != 0)
+        if (pthread_create(&t, NULL, pool_worker, NULL) != 0)
             break;
         pthread_detach(t);
         g_pool.started++;
@@ -156,6 +178,7 @@ tpu_status tpu_pool_run(pool_fn fn, void *ctx, int nth) {
     g_pool.fn = fn;
     g_pool.ctx = ctx;
     g_pool.nth = nth;
+    g_pool.next_share = 1;
     g_pool.remaining = nth - 1;
     g_pool.err_ith = INT_MAX;
     g_pool.err = TPU_OK;
@@ -166,6 +189,21 @@ tpu_status tpu_pool_run(pool_fn fn, void *ctx, int nth) {
     pthread_mutex_unlock(&g_pool.lock);
 
     st = fn(ctx, 0, nth);
+    /* Share 0's message is this thread's; a share run below may overwrite it. */
+    char msg0[TPU_MSG_MAX];
+    if (st != TPU_OK)
+        snprintf(msg0, sizeof msg0, "%s", tpu_last_error_message());
+
+    /* Run what no worker has claimed yet rather than wait for one to get
+     * a core. */
+    pthread_mutex_lock(&g_pool.lock);
+    for (int ith; (ith = claim_locked()) != 0;) {
+        pthread_mutex_unlock(&g_pool.lock);
+        tpu_status sk = fn(ctx, ith, nth);
+        pthread_mutex_lock(&g_pool.lock);
+        share_done_locked(ith, sk);
+    }
+    pthread_mutex_unlock(&g_pool.lock);
 
     tpu_rt_poll_until(&g_pool.shares_done, done_target, POOL_SPIN_NS);
     pthread_mutex_lock(&g_pool.lock);
@@ -178,9 +216,9 @@ tpu_status tpu_pool_run(pool_fn fn, void *ctx, int nth) {
     pthread_mutex_unlock(&g_pool.lock);
     pthread_mutex_unlock(&g_pool.region);
 
-    /* Share 0 comes first by ith; its message is already this thread's. */
+    /* Share 0 comes first by ith. */
     if (st != TPU_OK)
-        return st;
+        return tpu_set_error(st, "%s", msg0);
     if (worker_err != TPU_OK)
         return tpu_set_error(worker_err, "%s", msg);
     return TPU_OK;

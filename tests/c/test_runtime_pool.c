@@ -1,8 +1,10 @@
 /* The intra-op thread pool: every share runs once, nth is clamped, errors
- * come back by ith, concurrent and nested use run inline. */
-#define _POSIX_C_SOURCE 200809L
+ * come back by ith, concurrent and nested use run inline, and a share no
+ * worker has claimed runs on the caller. */
+#define _GNU_SOURCE /* sched_setaffinity */
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -122,6 +124,67 @@ static void test_concurrent(void) {
     CHECK(atomic_load(&bad) == 0);
 }
 
+/* Records which thread ran each share, and fails shares 0 and 1. */
+typedef struct {
+    pthread_t caller;
+    atomic_int runs[POOL];
+    atomic_int on_caller; /* shares >= 1 the calling thread ran */
+} claim_job;
+
+static tpu_status claim_share(void *ctx, int ith, int nth) {
+    (void)nth;
+    claim_job *j = ctx;
+    atomic_fetch_add(&j->runs[ith], 1);
+    if (ith > 0 && pthread_equal(pthread_self(), j->caller))
+        atomic_fetch_add(&j->on_caller, 1);
+    return ith < 2 ? tpu_set_error(ith == 0 ? TPU_ERR_SHAPE : TPU_ERR_DIV_BY_ZERO,
+                                   "share %d failed", ith)
+                   : TPU_OK;
+}
+
+/* A caller done with share 0 before a worker has woken finds the other
+ * shares unclaimed and runs them itself instead of waiting (a scheduler
+ * slice, when the worker waits for a core). The caller is pinned to one
+ * core so that this happens often; the old pool never did it. Each share
+ * must still run once, and the error must be share 0's even when the
+ * caller ran share 1 (which fails too) after it. */
+static void test_caller_claims(void) {
+    cpu_set_t old, one;
+    if (sched_getaffinity(0, sizeof old, &old) != 0) {
+        printf("skip test_caller_claims: no affinity\n");
+        return;
+    }
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &old)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    bool pinned = true;
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        pinned = false;
+    int on_caller = 0, bad = 0;
+    for (int rep = 0; rep < 2000; rep++) {
+        claim_job j;
+        memset(&j, 0, sizeof j);
+        j.caller = pthread_self();
+        tpu_clear_error();
+        if (tpu_pool_run(claim_share, &j, POOL) != TPU_ERR_SHAPE ||
+            strcmp(tpu_last_error_message(), "share 0 failed") != 0)
+            bad++;
+        for (int i = 0; i < POOL; i++)
+            bad += atomic_load(&j.runs[i]) != 1;
+        on_caller += atomic_load(&j.on_caller);
+    }
+    if (pinned)
+        sched_setaffinity(0, sizeof old, &old);
+    CHECK(bad == 0);
+    if (pinned)
+        CHECK(on_caller > 0);
+    printf("test_caller_claims: the caller ran %d shares >= 1 in 2000 regions%s\n", on_caller,
+           pinned ? " on one core" : "");
+}
+
 int main(void) {
     setenv("TORCH_TPU_NUM_THREADS", "4", 1);
     CHECK(tpu_pool_num_threads() == POOL);
@@ -138,5 +201,6 @@ int main(void) {
     test_errors();
     test_nested();
     test_concurrent();
+    test_caller_claims();
     return check_report();
 }
