@@ -64,6 +64,22 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), type);
 }
 
+}  // namespace
+
+at::Tensor new_output(at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& options) {
+  const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+  const at::ScalarType type = options.dtype().toScalarType();
+  const c10::DeviceIndex chip = options.device().has_index() ? options.device().index() : current_chip();
+  // The allocator takes the calling thread's current chip.
+  std::optional<c10::DeviceGuard> guard;
+  if (chip != current_chip()) guard.emplace(c10::Device(kTpu, chip));
+  if (strides.empty())
+    return at::detail::empty_generic(sizes, device_allocator(), keys, type, options.memory_format_opt());
+  return at::detail::empty_strided_generic(sizes, strides, device_allocator(), keys, type);
+}
+
+namespace {
+
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset) {
   return at::cpu::as_strided(self, size, stride, storage_offset);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <array>
+#include <atomic>
 #include <functional>
 #include <string>
 #include <vector>
@@ -61,9 +62,20 @@ c10::DeviceIndex chip_count() noexcept {
   return static_cast<c10::DeviceIndex>(tpu_chip_count());
 }
 
+namespace {
+// The chip count once the runtime is up (it never changes after), so that
+// the check every op makes skips tpu_runtime_init. 0 until then; a forked
+// child takes the slow path, whose init raises.
+std::atomic<int> g_chip_count{0};
+}  // namespace
+
 void check_chip_index(int64_t index, const char* what) {
-  ensure_runtime();
-  const int count = tpu_chip_count();
+  int count = g_chip_count.load(std::memory_order_relaxed);
+  if (count == 0 || tpu_runtime_is_forked()) {
+    ensure_runtime();
+    count = tpu_chip_count();
+    g_chip_count.store(count, std::memory_order_relaxed);
+  }
   TORCH_CHECK(index >= 0 && index < count, what, ": invalid device index tpu:", index,
               " (this process has ", count, " tpu chip", count == 1 ? "" : "s",
               "; set TORCH_TPU_CHIPS for more)");
@@ -75,6 +87,11 @@ namespace {
 constexpr int kMaxChips = 64;
 thread_local c10::DeviceIndex tls_chip = 0;
 thread_local std::array<int, kMaxChips> tls_stream_index{};
+// The C stream each chip's current stream is, filled on first use and
+// cleared when the current stream changes. Streams live as long as the
+// process, so the pointer stays valid (a forked child's submit is refused
+// by the runtime itself).
+thread_local std::array<tpu_stream*, kMaxChips> tls_c_stream{};
 }  // namespace
 
 c10::DeviceIndex current_chip() { return tls_chip; }
@@ -98,6 +115,7 @@ void set_current_stream(const c10::Stream& stream) {
   TORCH_CHECK(stream.id() >= 0 && stream.id() < TPU_STREAMS_MAX, "set_stream: invalid tpu stream id ",
               stream.id());
   tls_stream_index[stream.device_index()] = static_cast<int>(stream.id());
+  tls_c_stream[stream.device_index()] = nullptr;
 }
 
 tpu_stream* c_stream(const c10::Stream& stream) {
@@ -109,7 +127,15 @@ tpu_stream* c_stream(const c10::Stream& stream) {
   return s;
 }
 
-tpu_stream* current_c_stream(c10::DeviceIndex index) { return c_stream(current_stream(index)); }
+tpu_stream* current_c_stream(c10::DeviceIndex index) {
+  if (index < 0) index = tls_chip;
+  if (index < kMaxChips) {
+    if (tpu_stream* s = tls_c_stream[index]) return s;
+  }
+  tpu_stream* s = c_stream(current_stream(index));
+  if (index < kMaxChips) tls_c_stream[index] = s;
+  return s;
+}
 
 bool to_tpu_dtype(at::ScalarType type, tpu_dtype* out) {
   switch (type) {

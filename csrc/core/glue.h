@@ -112,6 +112,12 @@ void submit(c10::DeviceIndex chip, tpu_op& op, const char* name);
 // of which may live on the host, converting dtypes; see copy.cpp.
 void copy_tensor(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
 
+// A new tensor of a kernel's output on options' tpu chip (a structured
+// op's functional output): what at::empty / at::empty_strided would give,
+// without a second trip through the dispatcher for every op. options'
+// device must be a valid tpu chip (it is an input's).
+at::Tensor new_output(at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& options);
+
 // The device allocator (csrc/core/allocator.cpp) and the pinned host one.
 c10::Allocator* device_allocator();
 c10::Allocator* pinned_host_allocator();

@@ -1,6 +1,8 @@
 #include "core/iterator.h"
 
-#include <vector>
+#include <c10/util/SmallVector.h>
+
+#include <array>
 
 namespace torch_tpu {
 
@@ -26,12 +28,12 @@ void submit_iterator_slices(const at::TensorIteratorBase& iter, tpu_op& op, int 
                             const char* name, const int* args) {
   TORCH_INTERNAL_ASSERT(n_tensors >= 1 && n_tensors <= 1 + TPU_OP_MAX_IN);
   auto arg = [&](int k) { return args ? args[k] : k; };
-  std::vector<char*> data(n_tensors);
+  std::array<char*, 1 + TPU_OP_MAX_IN> data;
   for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(arg(i)));
   const int ndim = iter.ndim();
   const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
   // Outer dims [kept, ndim) are walked here, fastest first.
-  std::vector<int64_t> idx(ndim - kept, 0);
+  c10::SmallVector<int64_t, 4> idx(ndim - kept, 0);
   while (true) {
     for (int i = 0; i < n_tensors; i++) *iterator_slot(op, i) = describe_iterator_operand(iter, arg(i), data[i], kept);
     submit(chip, op, name);

@@ -72,7 +72,7 @@ struct Structured final : public Meta {
         // NotImplementedError, as the CPU's missing kernels are.
         TORCH_CHECK_NOT_IMPLEMENTED(to_tpu_dtype(options.dtype().toScalarType(), &unused_),
                                     name_, ": tpu does not support dtype ", options.dtype());
-        output = strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
+        output = new_output(sizes, strides, options);
         break;
       case OutputKind::Inplace:
         TORCH_CHECK(options.dtype() == output.dtype(), "Bad in-place call: input tensor dtype ", output.dtype(),
