@@ -864,7 +864,78 @@ bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
-/* Fast path for what has no flat run (op_table.c runs those): for the
+/* Comparisons and logical functions of integer or bool operands into a
+ * dense out, each input laid out like it or a broadcast scalar (an integer
+ * mask over a vocabulary, as generation's logits processors build): the
+ * reference's own loads and compare per element, at memory offsets
+ * instead of through its multi-dimensional walk, so the bytes are the
+ * reference's. None of these functions can fail. False if the record is
+ * not of this kind. */
+/* out[i] = x[i] OP (b ? y[i * sb] : bs) over [start, end). */
+#define I64_CMP_LOOP(OP)                                                                           \
+    do {                                                                                           \
+        if (b)                                                                                     \
+            for (int64_t i = start; i < end; i++)                                                  \
+                r[i] = x[i] OP y[i * sb];                                                          \
+        else                                                                                       \
+            for (int64_t i = start; i < end; i++)                                                  \
+                r[i] = x[i] OP bs;                                                                 \
+    } while (0);                                                                                   \
+    break
+
+static bool int_to_bool_flat(const tpu_op *op, const bin_ctx *c, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *a = &op->in[0];
+    const tpu_tensor *b = op->n_in == 2 ? &op->in[1] : NULL;
+    const tpu_k_ew_compute k = tpu_k_ew_compute_of(c->common);
+    int64_t sa, sb = 0;
+    if ((k != EW_I64 && k != EW_BOOL) || !tpu_k_is_dense(o) || !tpu_k_flat_step(a, o, &sa) ||
+        (b && !tpu_k_flat_step(b, o, &sb)))
+        return false;
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    const tpu_dtype cm = c->common, odt = o->dtype, adt = a->dtype;
+    const tpu_dtype bdt = b ? b->dtype : cm;
+    const int64_t eo = (int64_t)tpu_dtype_size(odt), ea = sa * (int64_t)tpu_dtype_size(adt);
+    const int64_t eb = b ? sb * (int64_t)tpu_dtype_size(bdt) : 0;
+    const char *pa = a->data, *pb = b ? b->data : NULL;
+    char *po = o->data;
+    const tpu_binary_fn fn = c->fn;
+    const tpu_scalar other = op->p.ew.other;
+    if (k == EW_I64 && adt == TPU_DTYPE_I64 && bdt == TPU_DTYPE_I64 && cm == TPU_DTYPE_I64 &&
+        odt == TPU_DTYPE_BOOL && sa == 1 && fn >= TPU_BINARY_EQ && fn <= TPU_BINARY_GE) {
+        /* int64 against int64 (or a scalar) into bool: the same compares
+         * with the function chosen once, not per element. */
+        const int64_t *x = (const int64_t *)pa, *y = (const int64_t *)pb;
+        const int64_t bs = other.i;
+        uint8_t *r = (uint8_t *)po;
+        switch (fn) {
+        case TPU_BINARY_EQ: I64_CMP_LOOP(==);
+        case TPU_BINARY_NE: I64_CMP_LOOP(!=);
+        case TPU_BINARY_LT: I64_CMP_LOOP(<);
+        case TPU_BINARY_LE: I64_CMP_LOOP(<=);
+        case TPU_BINARY_GT: I64_CMP_LOOP(>);
+        default: I64_CMP_LOOP(>=);
+        }
+    } else if (k == EW_I64) {
+        const int64_t bs = tpu_k_ew_wrap(other.i, cm);
+        for (int64_t i = start; i < end; i++) {
+            int64_t x = tpu_k_ew_load_i64(pa + i * ea, adt, cm);
+            int64_t y = b ? tpu_k_ew_load_i64(pb + i * eb, bdt, cm) : bs;
+            tpu_k_store_bool(po + i * eo, odt, BIN_TO_BOOL(fn, x, y));
+        }
+    } else {
+        const bool bs = other.i != 0;
+        for (int64_t i = start; i < end; i++) {
+            bool x = tpu_k_load_bool(pa + i * ea, adt);
+            bool y = b ? tpu_k_load_bool(pb + i * eb, bdt) : bs;
+            tpu_k_store_bool(po + i * eo, odt, BIN_TO_BOOL(fn, x, y));
+        }
+    }
+    return true;
+}
+
+/* Fast path for what has no flat run (op_table.c runs those): integer and
+ * bool comparisons on flat layouts (int_to_bool_flat); for the
  * float-result functions, if the coalesced shape has out contiguous in
  * its last dim and each input contiguous or broadcast there (a row or
  * column broadcast), row by row. Anything else goes to the reference. */
@@ -873,7 +944,10 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
     const bin_ctx c = bin_ctx_of(op);
     const bool b_raw = op->p.ew.b_opmath;
-    if (tpu_k_fn_row_of(op)->to_bool || !run_operands_ok(op, &c, false))
+    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
+    if (to_bool && int_to_bool_flat(op, &c, ith, nth))
+        return TPU_OK;
+    if (to_bool || !run_operands_ok(op, &c, false))
         return tpu_k_binary_ref(op, ith, nth);
     /* The scalar operand, as the reference reads it. */
     const float other = b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common);
