@@ -429,9 +429,21 @@ bool tpu_k_fill_span(const tpu_op *op, tpu_op_span *s) {
  * reference because both go through fill_one. */
 tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
-    if (op->fn == TPU_FILL_ARANGE)
-        return tpu_k_fill_ref(op, ith, nth); /* one multiply-add per element already */
     int64_t start, end;
+    if (op->fn == TPU_FILL_ARANGE) {
+        /* A contiguous int64 ramp (position ids, a vocabulary's indices):
+         * arange_one's wrapping arithmetic without the walk and the
+         * dtype dispatch per element. Anything else is the reference's
+         * one multiply-add per element. */
+        if (o->dtype != TPU_DTYPE_I64 || o->ndim != 1 || (o->strides[0] != 1 && o->sizes[0] > 1))
+            return tpu_k_fill_ref(op, ith, nth);
+        tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+        int64_t *p = o->data;
+        const uint64_t v = (uint64_t)op->p.fill.value.i, st = (uint64_t)op->p.fill.step.i;
+        for (int64_t k = start; k < end; k++)
+            p[k] = tpu_k_u64_to_i64(v + st * (uint64_t)k);
+        return TPU_OK;
+    }
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
         return TPU_OK;

@@ -1,6 +1,7 @@
 /* Reductions over the dims in p.reduce.mask: SUM and MEAN (below, with
  * their fast paths), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
- * reference loop only: reduce_other).
+ * reference loop, reduce_other; ANY/ALL of trailing bool runs also in
+ * reduce_bool_trailing).
  *
  * Accumulation type follows out.dtype: f64 for float outputs (each input
  * loaded as f64), wrapping int64 for integer and bool outputs (each input
@@ -492,9 +493,39 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
+/* ANY/ALL of bool input whose reduced dims are trailing and contiguous
+ * (isin's mask.any(-1), a padding mask's all): each output scans its run
+ * of bytes and stops at the first deciding one, as the reference does,
+ * without re-walking the reduced dims for every output. */
+static tpu_status reduce_bool_trailing(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *strides[2] = {o->strides, in->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
+    const int64_t count = reduced_count(op);
+    const bool any = op->fn == TPU_REDUCE_ANY;
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        bool acc = !any;
+        /* count == 0 means in may have no data at all: do not touch it. */
+        const uint8_t *x = count > 0 ? (const uint8_t *)in->data + it.off[1] : NULL;
+        for (int64_t r = 0; r < count && acc != any; r++)
+            acc = x[r] != 0;
+        tpu_k_store_i64(tpu_k_ptr(o, it.off[0]), o->dtype, acc);
+    }
+    return TPU_OK;
+}
+
 /* Fast paths for aligned f32 input and float output: trailing-dims and
- * leading-dims reductions of contiguous data. The rest is reference. */
+ * leading-dims reductions of contiguous data; ANY/ALL of trailing bool
+ * runs. The rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
+    if ((op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL) &&
+        op->in[0].dtype == TPU_DTYPE_BOOL && trailing_block(op) >= 0)
+        return reduce_bool_trailing(op, ith, nth);
     bool is_sum = op->fn == TPU_REDUCE_SUM || op->fn == TPU_REDUCE_MEAN;
     if (is_sum && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
         tpu_dtype_is_float(op->out.dtype)) {

@@ -584,6 +584,24 @@ static void test_arange(void) {
     op.p.fill.step = (tpu_scalar){0, 1};
     CHECK_OK(run_shares(&op, 2));
     CHECK(w[0] == INT32_MAX - 2 && w[2] == INT32_MAX && w[3] == INT32_MIN); /* wraps */
+    /* int64 (the fast path's contiguous ramp): wraps past INT64_MAX, in
+     * both kernel modes and any nth. */
+    int64_t q[1000];
+    op.out = (tpu_tensor){.data = q, .sizes = {1000}, .strides = {1}, .ndim = 1, .dtype = I64,
+                          .storage = q, .storage_nbytes = sizeof q};
+    op.p.fill.value = (tpu_scalar){0, INT64_MAX - 700};
+    op.p.fill.step = (tpu_scalar){0, 3};
+    for (int ref = 0; ref < 2; ref++)
+        for (int nth = 1; nth <= 3; nth += 2) {
+            tpu_kernels_set_reference(ref);
+            memset(q, 0, sizeof q);
+            CHECK_OK(run_shares(&op, nth));
+            bool ramp = true;
+            for (int k = 0; k < 1000; k++)
+                ramp = ramp && (uint64_t)q[k] == (uint64_t)(INT64_MAX - 700) + 3u * (uint64_t)k;
+            CHECK(ramp && q[233] == INT64_MAX - 1 && q[234] < 0);
+        }
+    tpu_kernels_set_reference(false);
     op.out.dtype = BOOL;
     CHECK_STATUS(tpu_op_check(&op), TPU_ERR_UNSUPPORTED_DTYPE);
 }
