@@ -1,7 +1,7 @@
 /* Reductions over the dims in p.reduce.mask: SUM and MEAN (below, with
  * their fast paths), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
  * reference loop, reduce_other; ANY/ALL of trailing bool runs also in
- * reduce_bool_trailing).
+ * reduce_trailing).
  *
  * Accumulation type follows out.dtype: f64 for float outputs (each input
  * loaded as f64), wrapping int64 for integer and bool outputs (each input
@@ -276,7 +276,18 @@ static int32_t trailing_block(const tpu_op *op) {
     return first;
 }
 
-/* Each output sums one contiguous run of f32 with the 16-lane order. */
+/* ANY/ALL of one contiguous run of bool bytes, stopping at the first
+ * deciding one as the reference does. */
+static bool any_all_run(const uint8_t *x, int64_t count, bool any) {
+    bool acc = !any;
+    for (int64_t r = 0; r < count && acc != any; r++)
+        acc = x[r] != 0;
+    return acc;
+}
+
+/* Each output folds one contiguous run of in: SUM/MEAN of f32 with the
+ * 16-lane order, or ANY/ALL of bool (isin's mask.any(-1)), without
+ * re-walking the reduced dims for every output. */
 static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     int64_t start, end;
@@ -287,10 +298,19 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
     int64_t count = reduced_count(op);
+    const bool bools = op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL;
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
+        char *dst = tpu_k_ptr(o, it.off[0]);
         /* count == 0 means in may have no data at all: do not touch it. */
+        if (bools) {
+            bool any = op->fn == TPU_REDUCE_ANY;
+            tpu_k_store_i64(dst, o->dtype,
+                            count > 0 ? any_all_run((const uint8_t *)in->data + it.off[1], count, any)
+                                      : !any);
+            continue;
+        }
         double s = count > 0 ? sum_f32_run((const float *)in->data + it.off[1], count) : 0.0;
-        tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, s, count));
+        tpu_k_store_f64(dst, o->dtype, finish_f64(op, s, count));
     }
     return TPU_OK;
 }
@@ -493,39 +513,13 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
-/* ANY/ALL of bool input whose reduced dims are trailing and contiguous
- * (isin's mask.any(-1), a padding mask's all): each output scans its run
- * of bytes and stops at the first deciding one, as the reference does,
- * without re-walking the reduced dims for every output. */
-static tpu_status reduce_bool_trailing(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *in = &op->in[0];
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    if (start >= end)
-        return TPU_OK;
-    const int64_t *strides[2] = {o->strides, in->strides};
-    tpu_k_iter it;
-    tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
-    const int64_t count = reduced_count(op);
-    const bool any = op->fn == TPU_REDUCE_ANY;
-    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&it)) {
-        bool acc = !any;
-        /* count == 0 means in may have no data at all: do not touch it. */
-        const uint8_t *x = count > 0 ? (const uint8_t *)in->data + it.off[1] : NULL;
-        for (int64_t r = 0; r < count && acc != any; r++)
-            acc = x[r] != 0;
-        tpu_k_store_i64(tpu_k_ptr(o, it.off[0]), o->dtype, acc);
-    }
-    return TPU_OK;
-}
-
 /* Fast paths for aligned f32 input and float output: trailing-dims and
  * leading-dims reductions of contiguous data; ANY/ALL of trailing bool
  * runs. The rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
     if ((op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL) &&
         op->in[0].dtype == TPU_DTYPE_BOOL && trailing_block(op) >= 0)
-        return reduce_bool_trailing(op, ith, nth);
+        return reduce_trailing(op, ith, nth);
     bool is_sum = op->fn == TPU_REDUCE_SUM || op->fn == TPU_REDUCE_MEAN;
     if (is_sum && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
         tpu_dtype_is_float(op->out.dtype)) {
