@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "gemm.h"
 #include "kernels_internal.h"
 #include "strided.h"
 #include "tpu/op.h"
@@ -468,8 +469,14 @@ int tpu_op_max_threads(const tpu_op *op) {
          * M*N*K can exceed int64. */
         int64_t m = op->out.sizes[0], n = op->out.sizes[1], k = op->in[0].sizes[1];
         double macs = (double)m * (double)n * (double)k;
-        int64_t by_work = (int64_t)(macs / GEMM_MACS_PER_THREAD < MAX_THREADS
-                                        ? macs / GEMM_MACS_PER_THREAD
+        /* A skinny product (decoding: gemv.c) streams each value of B
+         * once from memory, which costs far more than its multiply-add:
+         * it splits once B holds 32K values (128 KB of f32, about what
+         * waking a pool thread costs to stream). GPT-2's 1x768x2304 used
+         * to take one thread, at 9 GB/s. */
+        double work = m <= TPU_K_GEMV_MAX_M ? macs * 64 : macs;
+        int64_t by_work = (int64_t)(work / GEMM_MACS_PER_THREAD < MAX_THREADS
+                                        ? work / GEMM_MACS_PER_THREAD
                                         : MAX_THREADS);
         int64_t by_rows = (m > n ? m : n) / 16; /* at least 16 rows or columns each */
         return clamp_threads(by_work < by_rows ? by_work : by_rows);

@@ -309,6 +309,15 @@ static void test_max_threads(void) {
     CHECK(tpu_op_max_threads(&op) == 1);
     op = base_mm(T_MM, 1024, 1024, 1024, 1024);
     CHECK(tpu_op_max_threads(&op) > 1);
+    /* A skinny product streams B: split by B's size (a decoding step's
+     * 1x768x2304 has too few multiply-adds to split as compute), ... */
+    op = base_mm(T_MM, 1, 768, 768, 2304);
+    CHECK(tpu_op_max_threads(&op) > 1);
+    /* ... but not the same work as nine rows, nor a small B. */
+    op = base_mm(T_MM, 9, 768, 768, 256);
+    CHECK(tpu_op_max_threads(&op) == 1);
+    op = base_mm(T_MM, 1, 64, 64, 64);
+    CHECK(tpu_op_max_threads(&op) == 1);
 }
 
 int main(void) {
