@@ -285,9 +285,36 @@ static bool any_all_run(const uint8_t *x, int64_t count, bool any) {
     return acc;
 }
 
+/* Where AMAX/ARGMAX (largest) or AMIN/ARGMIN pick in one contiguous run
+ * of count >= 1 floats: reduce_other's comparisons in row order (a value
+ * must beat the best strictly; the first NaN wins and nothing beats it),
+ * on floats instead of their exact doubles. */
+static int64_t pick_f32_run(const float *x, int64_t count, bool largest) {
+    if (isnan(x[0]))
+        return 0;
+    float best = x[0];
+    int64_t at = 0;
+    for (int64_t r = 1; r < count; r++) {
+        float v = x[r];
+        if (largest ? v > best : v < best) {
+            best = v;
+            at = r;
+        } else if (isnan(v)) {
+            return r;
+        }
+    }
+    return at;
+}
+
+static bool is_pick(const tpu_op *op) {
+    return op->fn == TPU_REDUCE_AMAX || op->fn == TPU_REDUCE_AMIN ||
+           op->fn == TPU_REDUCE_ARGMAX || op->fn == TPU_REDUCE_ARGMIN;
+}
+
 /* Each output folds one contiguous run of in: SUM/MEAN of f32 with the
- * 16-lane order, or ANY/ALL of bool (isin's mask.any(-1)), without
- * re-walking the reduced dims for every output. */
+ * 16-lane order, ANY/ALL of bool (isin's mask.any(-1)), or the pick of
+ * AMAX/AMIN/ARGMAX/ARGMIN of f32 (greedy decoding's argmax over the
+ * vocabulary), without re-walking the reduced dims for every output. */
 static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     int64_t start, end;
@@ -307,6 +334,16 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
             tpu_k_store_i64(dst, o->dtype,
                             count > 0 ? any_all_run((const uint8_t *)in->data + it.off[1], count, any)
                                       : !any);
+            continue;
+        }
+        if (is_pick(op)) { /* count >= 1: tpu_k_reduce_fast checked */
+            const float *x = (const float *)in->data + it.off[1];
+            bool largest = op->fn == TPU_REDUCE_AMAX || op->fn == TPU_REDUCE_ARGMAX;
+            int64_t at = pick_f32_run(x, count, largest);
+            if (op->fn == TPU_REDUCE_ARGMAX || op->fn == TPU_REDUCE_ARGMIN)
+                tpu_k_store_i64(dst, o->dtype, at);
+            else
+                tpu_k_store_f64(dst, o->dtype, x[at]);
             continue;
         }
         double s = count > 0 ? sum_f32_run((const float *)in->data + it.off[1], count) : 0.0;
@@ -515,8 +552,12 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
 
 /* Fast paths for aligned f32 input and float output: trailing-dims and
  * leading-dims reductions of contiguous data; ANY/ALL of trailing bool
- * runs. The rest is reference. */
+ * runs; the picks (AMAX ... ARGMIN) of nonempty trailing f32 runs. The
+ * rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
+    if (is_pick(op) && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
+        trailing_block(op) >= 0 && reduced_count(op) > 0)
+        return reduce_trailing(op, ith, nth);
     if ((op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL) &&
         op->in[0].dtype == TPU_DTYPE_BOOL && trailing_block(op) >= 0)
         return reduce_trailing(op, ith, nth);

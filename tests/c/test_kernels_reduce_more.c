@@ -332,34 +332,51 @@ static void reduce_known(void) {
         {TPU_REDUCE_ALL, {1, NAN, -1, 1e-300, 2, 3}, 1},
         {TPU_REDUCE_ALL, {1, NAN, -1, -0.0, 2, 3}, 0},
     };
-    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+    /* The picks (AMAX ... ARGMIN) run again on f32 rows, which take the
+     * fast path's contiguous run (reduce.c's pick_f32_run). */
+    for (size_t kw = 0; kw < 2 * (sizeof rows / sizeof rows[0]); kw++) {
+        size_t k = kw / 2;
+        bool f32 = kw % 2 == 1;
         double x[6], out[1];
+        float xf[6];
         int64_t iout[1];
         uint8_t bout[1];
         memcpy(x, rows[k].x, sizeof x);
+        for (int q = 0; q < 6; q++)
+            xf[q] = (float)x[q];
         int fn = rows[k].fn;
         bool arg = fn == TPU_REDUCE_ARGMAX || fn == TPU_REDUCE_ARGMIN;
         bool logical = fn == TPU_REDUCE_ANY || fn == TPU_REDUCE_ALL;
-        void *o = arg ? (void *)iout : logical ? (void *)bout : (void *)out;
+        if (f32 && (logical || fn == TPU_REDUCE_PROD))
+            continue;
+        float fout[1];
+        void *o = arg ? (void *)iout : logical ? (void *)bout : f32 ? (void *)fout : (void *)out;
         tpu_op op;
         memset(&op, 0, sizeof op);
         op.code = TPU_OP_REDUCE;
         op.fn = fn;
         op.n_in = 1;
-        op.in[0] = (tpu_tensor){.data = x, .sizes = {6}, .strides = {1}, .ndim = 1, .dtype = F64,
-                                .storage = x, .storage_nbytes = sizeof x};
+        op.in[0] = f32 ? (tpu_tensor){.data = xf, .sizes = {6}, .strides = {1}, .ndim = 1,
+                                      .dtype = TPU_DTYPE_F32, .storage = xf,
+                                      .storage_nbytes = sizeof xf}
+                       : (tpu_tensor){.data = x, .sizes = {6}, .strides = {1}, .ndim = 1,
+                                      .dtype = F64, .storage = x, .storage_nbytes = sizeof x};
         op.out = (tpu_tensor){.data = o, .sizes = {1}, .strides = {1}, .ndim = 1,
-                              .dtype = arg ? I64 : logical ? BOOL : F64, .storage = o,
+                              .dtype = arg       ? I64
+                                       : logical ? BOOL
+                                       : f32     ? TPU_DTYPE_F32
+                                                 : F64,
+                              .storage = o,
                               .storage_nbytes = 8};
         op.p.reduce.mask = 1;
         CHECK_OK(tpu_op_check(&op));
         CHECK_OK(tpu_op_run(&op, 0, 1));
-        double got = arg ? (double)iout[0] : logical ? bout[0] : out[0];
+        double got = arg ? (double)iout[0] : logical ? bout[0] : f32 ? fout[0] : out[0];
         bool ok = isnan(rows[k].want) ? isnan(got) : got == rows[k].want;
         CHECK(ok);
         if (!ok)
-            fprintf(stderr, "    known %s row %zu: got %g, want %g\n", k_red_names[fn], k, got,
-                    rows[k].want);
+            fprintf(stderr, "    known %s row %zu (%s): got %g, want %g\n", k_red_names[fn], k,
+                    f32 ? "f32" : "f64", got, rows[k].want);
     }
 }
 
