@@ -380,6 +380,39 @@ static void reduce_known(void) {
     }
 }
 
+/* ANY/ALL over a dim of size 1 ([n, 1] -> [n, 1]): each output is its
+ * one element, in both kernel modes and split over threads. */
+static void reduce_extent_one(void) {
+    enum { N = 1000 };
+    static uint8_t x[N], y[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (uint8_t)((i * 7919) % 3 == 0);
+    for (int fn = TPU_REDUCE_ANY; fn <= TPU_REDUCE_ALL; fn++)
+        for (int ref = 0; ref < 2; ref++) {
+            tpu_kernels_set_reference(ref);
+            memset(y, 7, sizeof y);
+            tpu_op op;
+            memset(&op, 0, sizeof op);
+            op.code = TPU_OP_REDUCE;
+            op.fn = fn;
+            op.n_in = 1;
+            op.in[0] = (tpu_tensor){.data = x, .sizes = {N, 1}, .strides = {1, 1}, .ndim = 2,
+                                    .dtype = BOOL, .storage = x, .storage_nbytes = N};
+            op.out = (tpu_tensor){.data = y, .sizes = {N, 1}, .strides = {1, 1},
+                                  .ndim = 2, .dtype = BOOL, .storage = y,
+                                  .storage_nbytes = N};
+            op.p.reduce.mask = 2;
+            CHECK_OK(tpu_op_check(&op));
+            for (int t = 0; t < 2; t++)
+                CHECK_OK(tpu_op_run(&op, t, 2));
+            int bad = 0;
+            for (int i = 0; i < N; i++)
+                bad += y[i] != (x[i] != 0);
+            CHECK(bad == 0);
+        }
+    tpu_kernels_set_reference(false);
+}
+
 /* ------------------------------------------------------------- NORM */
 
 static const double k_ords[] = {2, 1, 0, INFINITY, -INFINITY, 3.5, -1};
@@ -1068,6 +1101,7 @@ static void refusals(void) {
 int main(void) {
     refusals();
     reduce_known();
+    reduce_extent_one();
     norm_known();
     test_reductions();
     test_norm();
