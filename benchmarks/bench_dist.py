@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import suite  # noqa: E402  (sets OMP_WAIT_POLICY before torch starts OpenMP)
+import suite  # noqa: E402
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20]
 

@@ -22,7 +22,7 @@ import math
 import platform
 from typing import Callable
 
-import suite  # sets OMP_WAIT_POLICY before torch starts OpenMP
+import suite
 import torch
 
 

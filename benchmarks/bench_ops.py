@@ -9,7 +9,7 @@ suite.interleaved (see suite.py)."""
 import argparse
 import platform
 
-from suite import interleaved  # first: sets OMP_WAIT_POLICY before torch starts OpenMP
+from suite import interleaved
 
 import torch  # noqa: E402
 

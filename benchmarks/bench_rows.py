@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-import suite  # sets OMP_WAIT_POLICY before torch starts OpenMP
+import suite
 import torch
 import torch.nn.functional as F
 

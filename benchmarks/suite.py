@@ -15,14 +15,16 @@ Default rows are a subset that runs in a few minutes; --full adds the large
 sizes and every LLM shape, --models the model rows. The machine is noisy:
 compare ratios, and rerun before drawing conclusions. A tool, not a test.
 
-PyTorch's OpenMP workers are set to wait passively (OMP_WAIT_POLICY,
-unless the environment says otherwise): by default they spin for a few
-milliseconds after each parallel region, and with the two sides sampled
-in turn that spinning thread takes a core from the tpu sample that follows
-(on a 2-core machine it doubled the tpu's times), while the tpu's pool
-sleeps and costs the CPU sample nothing. Passive waiting does not slow the
-CPU's millisecond-long kernels measurably. bench_ops.py and
-bench_attention.py time with this module's `interleaved` too.
+PyTorch's OpenMP workers spin for a few milliseconds after each parallel
+region (libgomp's default), and with the two sides sampled in turn that
+spinning thread would take a core from the tpu sample that follows (on a
+2-core machine it doubled the tpu's times). Each sample is therefore
+followed by a pause (SETTLE_S, not timed) in which the spinning ends.
+Making the workers wait passively instead (OMP_WAIT_POLICY=PASSIVE, what
+this suite did before 2026-12-06) slows the CPU's short ops: it doubled
+the CPU's greedy decoding and made the tpu look twice as fast as it is.
+bench_ops.py, bench_attention.py and bench_fused.py time with this
+module's `interleaved` too.
 """
 from __future__ import annotations
 
@@ -37,14 +39,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts OpenMP
+import torch
+import torch.nn.functional as F
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import torch_tpu  # noqa: E402,F401  (registers the device)
+import torch_tpu  # noqa: F401  (registers the device)
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+# Seconds of pause before each sample: PyTorch's OpenMP workers stop
+# spinning 5-10 ms after a parallel region (measured with
+# time.process_time across a sleep), the tpu's workers sooner.
+SETTLE_S = 0.03
 
 
 @dataclass
@@ -85,6 +90,7 @@ def interleaved_all(fns: dict[str, Callable[[], object]], repeat: int,
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
+            time.sleep(SETTLE_S)
             start = time.perf_counter()
             fn()
             torch.tpu.synchronize()
