@@ -19,7 +19,9 @@ PyTorch's OpenMP workers spin for a few milliseconds after each parallel
 region (libgomp's default), and with the two sides sampled in turn that
 spinning thread would take a core from the tpu sample that follows (on a
 2-core machine it doubled the tpu's times). Each sample is therefore
-followed by a pause (SETTLE_S, not timed) in which the spinning ends.
+preceded by a pause (SETTLE_S) in which the spinning ends, then by one
+untimed call of the same side, so that each timed call finds its own
+threads awake (as in a loop of calls) and the other side's asleep.
 Making the workers wait passively instead (OMP_WAIT_POLICY=PASSIVE, what
 this suite did before 2026-12-06) slows the CPU's short ops: it doubled
 the CPU's greedy decoding and made the tpu look twice as fast as it is.
@@ -82,7 +84,8 @@ def interleaved_all(fns: dict[str, Callable[[], object]], repeat: int,
                     warmup: int = 2) -> dict[str, float]:
     """Median seconds of each fn() (each sample followed by a tpu
     synchronize, which costs a CPU-only sample nothing), after a warm-up,
-    sampling them in turn so that a noisy spell slows all alike."""
+    sampling them in turn so that a noisy spell slows all alike; each
+    sample follows a pause and an untimed call (see the module's doc)."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -90,7 +93,9 @@ def interleaved_all(fns: dict[str, Callable[[], object]], repeat: int,
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
-            time.sleep(SETTLE_S)
+            time.sleep(SETTLE_S)  # the other side's threads stop spinning
+            fn()  # untimed: this side's threads are awake, as in a loop of calls
+            torch.tpu.synchronize()
             start = time.perf_counter()
             fn()
             torch.tpu.synchronize()
