@@ -1,7 +1,7 @@
 /* Reductions over the dims in p.reduce.mask: SUM and MEAN (below, with
  * their fast paths), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
- * reference loop, reduce_other; ANY/ALL of trailing bool runs also in
- * reduce_trailing).
+ * reference loop, reduce_other; ANY/ALL of trailing bool runs and the
+ * AMAX ... ARGMIN of trailing f32 runs also in reduce_trailing).
  *
  * Accumulation type follows out.dtype: f64 for float outputs (each input
  * loaded as f64), wrapping int64 for integer and bool outputs (each input
@@ -255,6 +255,18 @@ static double sum_f32_run(const float *x, int64_t n) {
     return sum_f32_run_plain(x, n);
 }
 
+/* Whether dims [first, ndim) of t lie in row-major order, one element
+ * after another (dims of size 1 may have any stride). */
+static bool row_major_from(const tpu_tensor *t, int32_t first) {
+    int64_t expect = 1;
+    for (int32_t d = t->ndim - 1; d >= first; d--) {
+        if (t->sizes[d] != 1 && t->strides[d] != expect)
+            return false;
+        expect *= t->sizes[d];
+    }
+    return true;
+}
+
 /* If the mask is exactly dims [first, ndim) for some first < ndim and
  * those dims of in are row-major contiguous, returns first; else -1. */
 static int32_t trailing_block(const tpu_op *op) {
@@ -267,25 +279,7 @@ static int32_t trailing_block(const tpu_op *op) {
         first--;
     if ((mask & ((1u << first) - 1u)) != 0 || first == in->ndim)
         return -1;
-    int64_t expect = 1;
-    for (int32_t d = in->ndim - 1; d >= first; d--) {
-        if (in->sizes[d] != 1 && in->strides[d] != expect)
-            return -1;
-        expect *= in->sizes[d];
-    }
-    return first;
-}
-
-/* Whether t's elements lie in row-major order, one after another (dims
- * of size 1 may have any stride). */
-static bool row_major(const tpu_tensor *t) {
-    int64_t expect = 1;
-    for (int32_t d = t->ndim - 1; d >= 0; d--) {
-        if (t->sizes[d] != 1 && t->strides[d] != expect)
-            return false;
-        expect *= t->sizes[d];
-    }
-    return true;
+    return row_major_from(in, first) ? first : -1;
 }
 
 /* ANY/ALL of one contiguous run of bool bytes, stopping at the first
@@ -338,7 +332,8 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
     int64_t count = reduced_count(op);
     const bool bools = op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL;
-    if (bools && count == 1 && o->dtype == TPU_DTYPE_BOOL && row_major(o) && row_major(in)) {
+    if (bools && count == 1 && o->dtype == TPU_DTYPE_BOOL && row_major_from(o, 0) &&
+        row_major_from(in, 0)) {
         /* Runs of one (isin's [V, 1] mask.any(-1)): out is in as 0/1,
          * element for element, without a walk per output (300 us over a
          * 50257-entry vocabulary). */
@@ -531,13 +526,7 @@ static bool is_leading_block(const tpu_op *op) {
     if (in->ndim == 0 || mask == 0 || (mask & (mask + 1u)) != 0 ||
         (mask >> (in->ndim - 1)) != 0)
         return false;
-    int64_t expect = 1;
-    for (int32_t d = in->ndim - 1; d >= 0; d--) {
-        if (in->sizes[d] != 1 && in->strides[d] != expect)
-            return false;
-        expect *= in->sizes[d];
-    }
-    return true;
+    return row_major_from(in, 0);
 }
 
 /* in is [rows, cols] row-major with the rows reduced: each share takes a
