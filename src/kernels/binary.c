@@ -762,7 +762,7 @@ static void mixed_run(const bin_ctx *c, char *po, run_in a, run_in b, bool b_raw
     }
 }
 
-/* True if t can be read by the run loops: f32/f16/bf16, aligned. */
+/* True if out can be written by the run loops: f32/f16/bf16, aligned. */
 static bool run_dtype_ok(const tpu_tensor *t) {
     return tpu_k_cvt_supported(t->dtype) && tpu_k_is_aligned(t);
 }
@@ -806,14 +806,107 @@ static void cmp_flat(const bin_ctx *c, uint8_t *o, run_in a, run_in b, bool b_ra
     }
 }
 
+/* Integer and bool compute over runs staged through int64 chunks
+ * (ew_stage.c), the function chosen once per chunk: the reference's
+ * operations and wrapping, so the same bytes. DIV, REMAINDER and FMOD,
+ * which can fail, are not taken (int_span_ok). */
+#define INT_LOOP(expr)                                                                             \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        const int64_t x = xs[i * as], y = ys[i * bs];                                              \
+        const uint64_t ux = (uint64_t)x, uy = (uint64_t)y;                                         \
+        (void)ux, (void)uy;                                                                        \
+        o[i] = (expr);                                                                             \
+    }                                                                                              \
+    break
+
+static void int_chunk(const bin_ctx *c, int64_t *o, const int64_t *xs, int64_t as, const int64_t *ys,
+                      int64_t bs, int64_t n) {
+    const tpu_dtype cm = c->common;
+    if (tpu_k_ew_compute_of(cm) == EW_BOOL) {
+        /* bin_bool on 0/1 values, as bit operations. */
+        switch (c->fn) {
+        case TPU_BINARY_ADD: {
+            const int64_t keep = c->alpha.i != 0; /* a || (alpha && b) */
+            INT_LOOP(x | (y & keep));
+        }
+        case TPU_BINARY_MAXIMUM:
+        case TPU_BINARY_FMAX:
+        case TPU_BINARY_BITWISE_OR:
+        case TPU_BINARY_HEAVISIDE: INT_LOOP(x | y);
+        case TPU_BINARY_BITWISE_XOR: INT_LOOP(x ^ y);
+        default: INT_LOOP(x & y); /* MUL, MINIMUM, FMIN, BITWISE_AND */
+        }
+        return;
+    }
+    const uint64_t ual = (uint64_t)c->alpha.i;
+    switch (c->fn) {
+    case TPU_BINARY_ADD: INT_LOOP(tpu_k_u64_to_i64(ux + ual * uy));
+    case TPU_BINARY_SUB: INT_LOOP(tpu_k_u64_to_i64(ux - ual * uy));
+    case TPU_BINARY_MUL: INT_LOOP(tpu_k_u64_to_i64(ux * uy));
+    case TPU_BINARY_BITWISE_AND: INT_LOOP(x & y);
+    case TPU_BINARY_BITWISE_OR: INT_LOOP(x | y);
+    case TPU_BINARY_BITWISE_XOR: INT_LOOP(x ^ y);
+    default:
+        for (int64_t i = 0; i < n; i++) {
+            int64_t r = 0;
+            (void)bin_i64(c, xs[i * as], ys[i * bs], &r); /* never fails: see int_span_ok */
+            o[i] = r;
+        }
+        break;
+    }
+    /* Wrapped to common, as the reference stores them (a separate pass:
+     * the loops above stay free of the width switch). */
+    if (cm != TPU_DTYPE_I64)
+        for (int64_t i = 0; i < n; i++)
+            o[i] = tpu_k_ew_wrap(o[i], cm);
+}
+#undef INT_LOOP
+
+/* The -> bool functions on int64 compute values into a bool run. */
+static void int_cmp_chunk(tpu_binary_fn fn, uint8_t *o, const int64_t *xs, int64_t as,
+                          const int64_t *ys, int64_t bs, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t x = xs[i * as], y = ys[i * bs];
+        o[i] = (uint8_t)BIN_TO_BOOL(fn, x, y);
+    }
+}
+
+/* n elements of an integer- or bool-computed record: inputs staged
+ * through int64, results wrapped to common and stored in out's dtype (or
+ * compared into a bool out). `scalar` is the record's scalar operand in
+ * the compute type, used for b when b.p is NULL. */
+static void int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run_in a, run_in b,
+                    int64_t scalar, int64_t n) {
+    int64_t abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
+    const int64_t es = (int64_t)tpu_dtype_size(odt);
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        const int64_t *x = tpu_k_ew_stage_i64(a.p + off * a.step * (int64_t)tpu_dtype_size(a.dt),
+                                              a.dt, a.step, len, c->common, abuf);
+        const int64_t *y =
+            b.p == NULL ? &scalar
+                        : tpu_k_ew_stage_i64(b.p + off * b.step * (int64_t)tpu_dtype_size(b.dt),
+                                             b.dt, b.step, len, c->common, bbuf);
+        const int64_t ys = b.p == NULL ? 0 : b.step;
+        if (to_bool) {
+            int_cmp_chunk(c->fn, (uint8_t *)po + off, x, a.step, y, ys, len);
+            continue;
+        }
+        int_chunk(c, obuf, x, a.step, y, ys, len);
+        tpu_k_ew_store_i64(po + off * es, odt, obuf, len);
+    }
+}
+
 /* The flat run: out dense and each input laid out like it or one value.
  * Comparisons and logical functions into a bool out go through cmp_flat,
- * float-result functions with out in the common dtype through mixed_run. */
+ * float-result functions with out in the common dtype through mixed_run,
+ * integer and bool computes through int_run. */
 typedef struct {
     bin_ctx c;
     float other; /* the record's scalar operand, as the reference reads it */
-    bool cmp;    /* cmp_flat, else mixed_run */
+    bool cmp;    /* a -> bool function */
     bool b_raw;  /* b is read in its own dtype (b_opmath, or the scalar) */
+    bool ints;   /* integer or bool compute: int_run */
     tpu_dtype a_dt, b_dt;
 } binary_span_state;
 TPU_K_SPAN_STATE_FITS(binary_span_state);
@@ -823,6 +916,14 @@ static void binary_span_run(const tpu_op_span *s, char *out, const char *const *
     memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
     const binary_span_state *st = &state;
     const run_in a = {in[0], st->a_dt, s->step[0]};
+    if (st->ints) {
+        const tpu_dtype cm = st->c.common;
+        const tpu_scalar other = s->op->p.ew.other;
+        const int64_t scalar = cm == TPU_DTYPE_BOOL ? other.i != 0 : tpu_k_ew_wrap(other.i, cm);
+        const run_in b = {s->n_in == 2 ? in[1] : NULL, st->b_dt, s->step[1]};
+        int_run(&st->c, st->cmp, out, s->op->out.dtype, a, b, scalar, n);
+        return;
+    }
     const run_in b = s->n_in == 2 ? (run_in){in[1], st->b_dt, s->step[1]}
                                   : (run_in){(const char *)&st->other, TPU_DTYPE_F32, 0};
     if (st->cmp)
@@ -831,15 +932,30 @@ static void binary_span_run(const tpu_op_span *s, char *out, const char *const *
         mixed_run(&st->c, out, a, b, st->b_raw, n);
 }
 
-/* Whether the operands are ones the run loops read: f32/f16/bf16 (aligned)
- * inputs, and a float-result function with out in the common dtype, or a
- * -> bool function into a bool out. */
+/* Whether the operands are ones the run loops read: an f32-computed
+ * common dtype, inputs of any dtype (aligned; staged through f32 like the
+ * reference loads them: a dropout's bool mask, an integer count), and a
+ * float-result function with out in the common dtype, or a -> bool
+ * function into a bool out. */
 static bool run_operands_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
     const tpu_tensor *o = &op->out;
-    if (tpu_k_ew_compute_of(c->common) != EW_F32 || !run_dtype_ok(&op->in[0]) ||
-        (op->n_in == 2 && !run_dtype_ok(&op->in[1])))
+    if (tpu_k_ew_compute_of(c->common) != EW_F32 || !tpu_k_is_aligned(&op->in[0]) ||
+        (op->n_in == 2 && !tpu_k_is_aligned(&op->in[1])))
         return false;
     return to_bool ? o->dtype == TPU_DTYPE_BOOL : o->dtype == c->common && run_dtype_ok(o);
+}
+
+/* Whether int_run takes the record: an integer or bool compute, aligned
+ * operands, a function that cannot fail, and a bool out for the -> bool
+ * functions. */
+static bool int_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
+    const tpu_k_ew_compute k = tpu_k_ew_compute_of(c->common);
+    if ((k != EW_I64 && k != EW_BOOL) || !tpu_k_is_aligned(&op->out) ||
+        !tpu_k_is_aligned(&op->in[0]) || (op->n_in == 2 && !tpu_k_is_aligned(&op->in[1])))
+        return false;
+    if (to_bool)
+        return op->out.dtype == TPU_DTYPE_BOOL;
+    return c->fn != TPU_BINARY_DIV && c->fn != TPU_BINARY_REMAINDER && c->fn != TPU_BINARY_FMOD;
 }
 
 bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
@@ -848,8 +964,9 @@ bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
     if (row == NULL)
         return false;
     const bin_ctx c = bin_ctx_of(op);
+    const bool ints = int_span_ok(op, &c, row->to_bool);
     int64_t sa, sb = 0;
-    if (!run_operands_ok(op, &c, row->to_bool) || !tpu_k_is_dense(o) ||
+    if ((!ints && !run_operands_ok(op, &c, row->to_bool)) || !tpu_k_is_dense(o) ||
         !tpu_k_flat_step(&op->in[0], o, &sa) || (op->n_in == 2 && !tpu_k_flat_step(&op->in[1], o, &sb)))
         return false;
     tpu_k_span_init(s, op, binary_span_run);
@@ -858,84 +975,13 @@ bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
     const bool b_raw = op->p.ew.b_opmath;
     binary_span_state st = {
         c, b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common),
-        row->to_bool, b_raw || op->n_in == 1, op->in[0].dtype,
+        row->to_bool, b_raw || op->n_in == 1, ints, op->in[0].dtype,
         op->n_in == 2 ? op->in[1].dtype : TPU_DTYPE_F32};
     memcpy(s->state, &st, sizeof st);
     return true;
 }
 
-/* Comparisons and logical functions of integer or bool operands into a
- * dense out, each input laid out like it or a broadcast scalar (an integer
- * mask over a vocabulary, as generation's logits processors build): the
- * reference's own loads and compare per element, at memory offsets
- * instead of through its multi-dimensional walk, so the bytes are the
- * reference's. None of these functions can fail. False if the record is
- * not of this kind. */
-/* out[i] = x[i] OP (b ? y[i * sb] : bs) over [start, end). */
-#define I64_CMP_LOOP(OP)                                                                           \
-    do {                                                                                           \
-        if (b)                                                                                     \
-            for (int64_t i = start; i < end; i++)                                                  \
-                r[i] = x[i] OP y[i * sb];                                                          \
-        else                                                                                       \
-            for (int64_t i = start; i < end; i++)                                                  \
-                r[i] = x[i] OP bs;                                                                 \
-    } while (0);                                                                                   \
-    break
-
-static bool int_to_bool_flat(const tpu_op *op, const bin_ctx *c, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *a = &op->in[0];
-    const tpu_tensor *b = op->n_in == 2 ? &op->in[1] : NULL;
-    const tpu_k_ew_compute k = tpu_k_ew_compute_of(c->common);
-    int64_t sa, sb = 0;
-    if ((k != EW_I64 && k != EW_BOOL) || !tpu_k_is_dense(o) || !tpu_k_flat_step(a, o, &sa) ||
-        (b && !tpu_k_flat_step(b, o, &sb)))
-        return false;
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    const tpu_dtype cm = c->common, odt = o->dtype, adt = a->dtype;
-    const tpu_dtype bdt = b ? b->dtype : cm;
-    const int64_t eo = (int64_t)tpu_dtype_size(odt), ea = sa * (int64_t)tpu_dtype_size(adt);
-    const int64_t eb = b ? sb * (int64_t)tpu_dtype_size(bdt) : 0;
-    const char *pa = a->data, *pb = b ? b->data : NULL;
-    char *po = o->data;
-    const tpu_binary_fn fn = c->fn;
-    const tpu_scalar other = op->p.ew.other;
-    if (k == EW_I64 && adt == TPU_DTYPE_I64 && bdt == TPU_DTYPE_I64 && cm == TPU_DTYPE_I64 &&
-        odt == TPU_DTYPE_BOOL && sa == 1 && fn >= TPU_BINARY_EQ && fn <= TPU_BINARY_GE) {
-        /* int64 against int64 (or a scalar) into bool: the same compares
-         * with the function chosen once, not per element. */
-        const int64_t *x = (const int64_t *)pa, *y = (const int64_t *)pb;
-        const int64_t bs = other.i;
-        uint8_t *r = (uint8_t *)po;
-        switch (fn) {
-        case TPU_BINARY_EQ: I64_CMP_LOOP(==);
-        case TPU_BINARY_NE: I64_CMP_LOOP(!=);
-        case TPU_BINARY_LT: I64_CMP_LOOP(<);
-        case TPU_BINARY_LE: I64_CMP_LOOP(<=);
-        case TPU_BINARY_GT: I64_CMP_LOOP(>);
-        default: I64_CMP_LOOP(>=);
-        }
-    } else if (k == EW_I64) {
-        const int64_t bs = tpu_k_ew_wrap(other.i, cm);
-        for (int64_t i = start; i < end; i++) {
-            int64_t x = tpu_k_ew_load_i64(pa + i * ea, adt, cm);
-            int64_t y = b ? tpu_k_ew_load_i64(pb + i * eb, bdt, cm) : bs;
-            tpu_k_store_bool(po + i * eo, odt, BIN_TO_BOOL(fn, x, y));
-        }
-    } else {
-        const bool bs = other.i != 0;
-        for (int64_t i = start; i < end; i++) {
-            bool x = tpu_k_load_bool(pa + i * ea, adt);
-            bool y = b ? tpu_k_load_bool(pb + i * eb, bdt) : bs;
-            tpu_k_store_bool(po + i * eo, odt, BIN_TO_BOOL(fn, x, y));
-        }
-    }
-    return true;
-}
-
-/* Fast path for what has no flat run (op_table.c runs those): integer and
- * bool comparisons on flat layouts (int_to_bool_flat); for the
+/* Fast path for what has no flat run (op_table.c runs those): for the
  * float-result functions, if the coalesced shape has out contiguous in
  * its last dim and each input contiguous or broadcast there (a row or
  * column broadcast), row by row. Anything else goes to the reference. */
@@ -944,10 +990,7 @@ tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
     const bin_ctx c = bin_ctx_of(op);
     const bool b_raw = op->p.ew.b_opmath;
-    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
-    if (to_bool && int_to_bool_flat(op, &c, ith, nth))
-        return TPU_OK;
-    if (to_bool || !run_operands_ok(op, &c, false))
+    if (tpu_k_fn_row_of(op)->to_bool || !run_operands_ok(op, &c, false))
         return tpu_k_binary_ref(op, ith, nth);
     /* The scalar operand, as the reference reads it. */
     const float other = b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common);

@@ -143,8 +143,28 @@ void tpu_k_cvt_to_f32(float *dst, const void *src, tpu_dtype dt, int64_t n) {
             dst[i] = tpu_bf16_to_f32(s[i]);
         return;
     }
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = tpu_f16_to_f32(s[i]);
+    if (dt == TPU_DTYPE_F16) {
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = tpu_f16_to_f32(s[i]);
+        return;
+    }
+    /* The rest as tpu_k_load_f32 converts them, one loop per dtype. */
+#define TO_F32(T, EXPR)                                                                            \
+    do {                                                                                           \
+        const T *p = src;                                                                          \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            dst[i] = (EXPR);                                                                       \
+    } while (0)
+    switch (dt) {
+    case TPU_DTYPE_F64: TO_F32(double, (float)p[i]); return;
+    case TPU_DTYPE_I8: TO_F32(int8_t, (float)p[i]); return;
+    case TPU_DTYPE_I16: TO_F32(int16_t, (float)p[i]); return;
+    case TPU_DTYPE_I32: TO_F32(int32_t, (float)p[i]); return;
+    case TPU_DTYPE_I64: TO_F32(int64_t, (float)p[i]); return;
+    case TPU_DTYPE_U8: TO_F32(uint8_t, (float)p[i]); return;
+    default: TO_F32(uint8_t, p[i] != 0 ? 1.0f : 0.0f); return; /* BOOL */
+    }
+#undef TO_F32
 }
 
 void tpu_k_cvt_from_f32(void *dst, tpu_dtype dt, const float *src, int64_t n) {

@@ -11,12 +11,14 @@
 
 #include "tpu/dtype.h"
 
-/* True for the dtypes the run conversions accept: f32, f16, bf16. */
+/* True for the dtypes the run conversions accept both ways: f32, f16,
+ * bf16. */
 bool tpu_k_cvt_supported(tpu_dtype dt);
 
 /* dst[0..n) = src[0..n) (dtype dt, contiguous, aligned to its element
- * size) as f32. dt == f32 copies. n may be 0; src and dst must not
- * overlap. */
+ * size) as f32. dt == f32 copies; dt may be any dtype (f64 and integers
+ * convert as tpu_k_load_f32 does, bool to 0 or 1). n may be 0; src and
+ * dst must not overlap. */
 void tpu_k_cvt_to_f32(float *dst, const void *src, tpu_dtype dt, int64_t n);
 
 /* dst[0..n) (dtype dt, contiguous, aligned) = src[0..n) rounded once to

@@ -114,25 +114,38 @@ static inline __attribute__((always_inline)) void convert_run(char *out, tpu_dty
         convert_one(out + j * bo, odt, in + j * bi, idt);
 }
 
-/* The float conversions worth a specialised loop (autocast, .float(),
- * .double()); returns false for other pairs. */
-static bool convert_run_float(char *out, tpu_dtype odt, int64_t so, const char *in,
-                              tpu_dtype idt, int64_t si, int64_t n) {
-#define PAIR(O, I)                                                                                 \
-    if (odt == TPU_DTYPE_##O && idt == TPU_DTYPE_##I) {                                            \
-        convert_run(out, TPU_DTYPE_##O, so, in, TPU_DTYPE_##I, si, n);                             \
-        return true;                                                                               \
-    }
-    PAIR(F32, BF16) PAIR(BF16, F32) PAIR(F32, F16) PAIR(F16, F32) PAIR(F32, F64) PAIR(F64, F32)
-#undef PAIR
-    return false;
-}
+/* Every dtype pair as its own loop (the pair fixed at compile time, so
+ * convert_one's switches fold away and the compiler vectorises what it
+ * can): masks to floats (dropout), ids to floats, floats to ids, autocast
+ * and .float() / .double() alike, at memory speed instead of per element
+ * through both switches. */
+#define COPY_EACH_OUT(X)                                                                           \
+    X(F32) X(F64) X(F16) X(BF16) X(I8) X(I16) X(I32) X(I64) X(U8) X(BOOL)
+#define COPY_EACH_IN(X, O)                                                                         \
+    X(O, F32) X(O, F64) X(O, F16) X(O, BF16) X(O, I8) X(O, I16) X(O, I32) X(O, I64) X(O, U8)       \
+    X(O, BOOL)
+#define COPY_IN_CASE(O, I)                                                                         \
+    case TPU_DTYPE_##I: convert_run(out, TPU_DTYPE_##O, so, in, TPU_DTYPE_##I, si, n); return;
+#define COPY_OUT_CASE(O)                                                                           \
+    case TPU_DTYPE_##O:                                                                            \
+        switch (idt) {                                                                             \
+            COPY_EACH_IN(COPY_IN_CASE, O)                                                          \
+        default: break;                                                                            \
+        }                                                                                          \
+        break;
 
-/* The pairs convert_run_float handles: f32 to or from bf16, f16, f64. */
-static bool is_fast_float_pair(tpu_dtype odt, tpu_dtype idt) {
-    tpu_dtype other = odt == TPU_DTYPE_F32 ? idt : idt == TPU_DTYPE_F32 ? odt : TPU_DTYPE_F32;
-    return other == TPU_DTYPE_BF16 || other == TPU_DTYPE_F16 || other == TPU_DTYPE_F64;
+static void convert_run_typed(char *out, tpu_dtype odt, int64_t so, const char *in, tpu_dtype idt,
+                              int64_t si, int64_t n) {
+    switch (odt) {
+        COPY_EACH_OUT(COPY_OUT_CASE)
+    default: break;
+    }
+    convert_run(out, odt, so, in, idt, si, n); /* not reached: tpu_op_check validated both */
 }
+#undef COPY_EACH_OUT
+#undef COPY_EACH_IN
+#undef COPY_IN_CASE
+#undef COPY_OUT_CASE
 
 /* Converts n contiguous elements with the run conversions when both
  * sides are f32/f16/bf16 and aligned; returns false otherwise. */
@@ -281,16 +294,15 @@ static void copy_span_run(const tpu_op_span *s, char *out, const char *const *in
     if (st->same)
         copy_run_same(out, 1, in[0], 1, n, (size_t)s->out_size);
     else if (!convert_run_contig(out, odt, in[0], idt, n, st->aligned))
-        convert_run_float(out, odt, 1, in[0], idt, 1, n);
+        convert_run_typed(out, odt, 1, in[0], idt, 1, n);
 }
 
-/* Plain copies between the same dtype or a fast float pair, not a
- * transpose (the fast path tiles those), over the same flat array. */
+/* Plain copies, not a transpose (the fast path tiles those), over the
+ * same flat array. */
 bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     const bool same = o->dtype == in->dtype;
-    if (op->fn != TPU_COPY_PLAIN || (!same && !is_fast_float_pair(o->dtype, in->dtype)) ||
-        !tpu_k_is_dense(o) || !tpu_k_same_layout(in, o))
+    if (op->fn != TPU_COPY_PLAIN || !tpu_k_is_dense(o) || !tpu_k_same_layout(in, o))
         return false;
     const int64_t *strides[2] = {o->strides, in->strides};
     tpu_k_shape sh;
@@ -305,12 +317,13 @@ bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s) {
 
 /* Fast path for what has no flat run (op_table.c runs those): same-dtype
  * copies (tiles for transposes, else strided row runs of the coalesced
- * shape) and the common float conversions (by row runs, vectorised for
- * contiguous aligned runs). Other pairs go to the reference path. */
+ * shape) and conversions (by row runs, one loop per dtype pair, the run
+ * conversions for contiguous aligned f32/f16/bf16 runs). TRIL and TRIU
+ * go to the reference path. */
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     bool same = o->dtype == in->dtype;
-    if (op->fn != TPU_COPY_PLAIN || (!same && !is_fast_float_pair(o->dtype, in->dtype)))
+    if (op->fn != TPU_COPY_PLAIN)
         return tpu_k_copy_ref(op, ith, nth);
     int64_t numel = tpu_k_numel(o);
     bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);
@@ -342,7 +355,7 @@ tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
             copy_run_same(po, so, pi, si, run, es);
         else if (so != 1 || si != 1 ||
                  !convert_run_contig(po, o->dtype, pi, in->dtype, run, aligned))
-            convert_run_float(po, o->dtype, so, pi, in->dtype, si, run);
+            convert_run_typed(po, o->dtype, so, pi, in->dtype, si, run);
         tpu_k_iter_advance_in_row(&it, run);
         i += run;
     }

@@ -78,7 +78,7 @@ static inline int64_t tpu_k_ew_load_i64(const void *p, tpu_dtype dt, tpu_dtype c
 /* A run of n elements of dtype dt at p (step 1, or 0: one value for the
  * whole run), as f32 through common: in place when dt is f32 and common
  * is f32 (returns p), else converted into buf (one value when step is 0).
- * dt must be f32, f16 or bf16 and p aligned. */
+ * dt may be any dtype (tpu_k_cvt_to_f32); p aligned to its element size. */
 static inline const float *tpu_k_ew_stage_f32(const char *p, tpu_dtype dt, int64_t step,
                                               int64_t n, tpu_dtype common, float *buf) {
     if (dt == TPU_DTYPE_F32 && common == TPU_DTYPE_F32)
@@ -90,5 +90,17 @@ static inline const float *tpu_k_ew_stage_f32(const char *p, tpu_dtype dt, int64
             buf[i] = tpu_k_round_to(buf[i], common);
     return buf;
 }
+
+/* A run of n elements of dtype dt at src (step 1, or 0: one value), as
+ * the integer compute values through common (an integer dtype: as
+ * tpu_k_ew_load_i64 loads them; bool: 0 or 1, as tpu_k_load_bool): in
+ * place when both are int64 (returns src), else into dst (one value when
+ * step is 0). src aligned to its element size (ew_stage.c). */
+const int64_t *tpu_k_ew_stage_i64(const char *src, tpu_dtype dt, int64_t step, int64_t n,
+                                  tpu_dtype common, int64_t *dst);
+
+/* dst[0..n) (dtype dt, contiguous, aligned) = src[0..n) stored as
+ * tpu_k_store_i64 stores them (integers wrap, floats round, bool != 0). */
+void tpu_k_ew_store_i64(char *dst, tpu_dtype dt, const int64_t *src, int64_t n);
 
 #endif

@@ -506,24 +506,89 @@ bool tpu_op_layout_sensitive(const tpu_op *op) {
            tpu_k_unary_uses_vecmath((tpu_unary_fn)op->fn);
 }
 
-/* The flat run: the input staged through f32 chunks and each result
- * rounded once on store, so the bytes are the reference's. */
+/* The -> bool functions over a run of f32 values, the function chosen
+ * once (un_to_bool's comparisons, which f32 values give exactly as their
+ * doubles do). */
+#define BOOL_LOOP(expr)                                                                            \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        const float v = x[i];                                                                      \
+        o[i] = (uint8_t)(expr);                                                                    \
+    }                                                                                              \
+    break
+
+static void bool_run(tpu_unary_fn fn, uint8_t *o, const float *x, int64_t n) {
+    switch (fn) {
+    case TPU_UNARY_ISNAN: BOOL_LOOP(v != v);
+    case TPU_UNARY_ISINF: BOOL_LOOP(v == INFINITY || v == -INFINITY);
+    case TPU_UNARY_ISPOSINF: BOOL_LOOP(v == INFINITY);
+    case TPU_UNARY_ISNEGINF: BOOL_LOOP(v == -INFINITY);
+    case TPU_UNARY_SIGNBIT: BOOL_LOOP(signbit(v) != 0);
+    default: BOOL_LOOP(v == 0.0f); /* LOGICAL_NOT */
+    }
+}
+#undef BOOL_LOOP
+
+/* The flat run: the input (any dtype) staged through f32 chunks as the
+ * reference loads it, and each result rounded once on store (or, for the
+ * -> bool functions, compared), so the bytes are the reference's. */
 typedef struct {
     tpu_unary_fn fn;
     tpu_dtype in_dt, common;
+    bool to_bool;
+    bool ints; /* integer or bool compute: int_span_run */
 } unary_span_state;
 TPU_K_SPAN_STATE_FITS(unary_span_state);
+
+/* Integer and bool computes: the input staged through int64 (ew_stage.c),
+ * un_i64 / un_bool / un_to_bool per element as the reference calls them,
+ * stored in out's dtype. */
+static void int_span_run(const tpu_op_span *s, const unary_span_state *u, char *out, const char *in,
+                         int64_t n) {
+    int64_t xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
+    const tpu_dtype cm = u->common, odt = s->op->out.dtype;
+    const tpu_scalar *args = s->op->p.ew.args;
+    const bool is_bool = tpu_k_ew_compute_of(cm) == EW_BOOL;
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        const int64_t *x = tpu_k_ew_stage_i64(in + off * s->in_size[0], u->in_dt, 1, len, cm, xbuf);
+        if (u->to_bool) {
+            uint8_t *o = (uint8_t *)out + off;
+            if (u->fn == TPU_UNARY_LOGICAL_NOT)
+                for (int64_t i = 0; i < len; i++)
+                    o[i] = x[i] == 0;
+            else
+                for (int64_t i = 0; i < len; i++)
+                    o[i] = un_to_bool(u->fn, (double)x[i]);
+            continue;
+        }
+        if (is_bool)
+            for (int64_t i = 0; i < len; i++)
+                obuf[i] = un_bool(u->fn, x[i] != 0);
+        else
+            for (int64_t i = 0; i < len; i++)
+                obuf[i] = tpu_k_ew_wrap(un_i64(u->fn, x[i], args), cm);
+        tpu_k_ew_store_i64(out + off * s->out_size, odt, obuf, len);
+    }
+}
 
 static void unary_span_run(const tpu_op_span *s, char *out, const char *const *in, int64_t n) {
     unary_span_state state;
     memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
     const unary_span_state *u = &state;
+    if (u->ints) {
+        int_span_run(s, u, out, in[0], n);
+        return;
+    }
     float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
         int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
         const float *x = tpu_k_ew_stage_f32(in[0] + off * s->in_size[0], u->in_dt, 1, len,
                                             u->common, xbuf);
         char *po = out + off * s->out_size;
+        if (u->to_bool) {
+            bool_run(u->fn, (uint8_t *)po, x, len);
+            continue;
+        }
         float *dst = u->common == TPU_DTYPE_F32 ? (float *)po : obuf;
         f32_run(u->fn, s->op->p.ew.args, dst, x, len);
         if (u->common != TPU_DTYPE_F32)
@@ -531,20 +596,27 @@ static void unary_span_run(const tpu_op_span *s, char *out, const char *const *i
     }
 }
 
-/* The fast path (op_table.c runs it; the rest goes to the reference): a
- * float-result function on f32/f16/bf16
- * (aligned), out in the common dtype, input and out dense with the same
- * layout (a contiguous tensor, or out allocated like its input). */
+/* The fast path (op_table.c runs it; the rest goes to the reference): an
+ * f32-computed common dtype (f32/f16/bf16) with out in the common dtype,
+ * or an integer or bool compute with out of any dtype; out bool for the
+ * -> bool functions; the input of any dtype; all aligned, input and out
+ * dense with the same layout (a contiguous tensor, or out allocated like
+ * its input). */
 bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_tensor *o = &op->out, *a = &op->in[0];
     const tpu_dtype cm = op->p.ew.common;
-    if (op->fn < 0 || op->fn >= TPU_UNARY_COUNT || o->dtype != cm ||
-        tpu_k_ew_compute_of(cm) != EW_F32 || tpu_k_fn_row_of(op)->to_bool ||
-        !tpu_k_cvt_supported(a->dtype) || !tpu_k_is_aligned(a) || !tpu_k_is_aligned(o) ||
-        !tpu_k_is_dense(o) || !tpu_k_same_layout(a, o))
+    if (op->fn < 0 || op->fn >= TPU_UNARY_COUNT)
+        return false;
+    const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
+    const tpu_k_ew_compute k = tpu_k_ew_compute_of(cm);
+    const bool ints = k == EW_I64 || k == EW_BOOL;
+    /* Integer computes store any out dtype; f32 ones only common's. */
+    if ((to_bool ? o->dtype != TPU_DTYPE_BOOL : !ints && o->dtype != cm) || k == EW_F64 ||
+        !tpu_k_is_aligned(a) || !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) ||
+        !tpu_k_same_layout(a, o))
         return false;
     tpu_k_span_init(s, op, unary_span_run);
-    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm};
+    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm, to_bool, ints};
     memcpy(s->state, &u, sizeof u);
     return true;
 }

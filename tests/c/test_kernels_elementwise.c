@@ -1715,6 +1715,37 @@ static void w_exp_bf16_f32(const tpu_op *op, int64_t e, ex *x) {
     x->hi = rnd32(exp(a));
 }
 
+/* mul, in[0] f32 (or bf16, common bf16), in[1] bool: the mask is 0 or 1
+ * (dropout's x * mask), the product rounded once to common. */
+static void w_mul_mask(const tpu_op *op, int64_t e, ex *x) {
+    const tpu_dtype cm = op->p.ew.common;
+    double a = t_read_f(t_at(&op->in[0], e), op->in[0].dtype);
+    double m = t_read_i(t_at(&op->in[1], e), BOOL) != 0 ? 1.0 : 0.0;
+    x->is_f = true;
+    x->fixed = true;
+    x->hi = cm == BF16 ? t_round_bf16(rnd32(a * m)) : rnd32(a * m);
+}
+
+/* add, in[0] f32, in[1] i64, common f32: the integer rounds to f32 first. */
+static void w_add_f32_i64(const tpu_op *op, int64_t e, ex *x) {
+    double a = t_read_f(t_at(&op->in[0], e), F32);
+    double b = rnd32((double)t_read_i(t_at(&op->in[1], e), I64));
+    x->is_f = true;
+    x->fixed = true;
+    x->hi = rnd32(a + b);
+}
+
+/* isneginf / logical_not of an integer through common f32: compares of
+ * the value converted to f32 (no integer is -inf; 0 is the only zero). */
+static void w_isneginf_i32(const tpu_op *op, int64_t e, ex *x) {
+    (void)op, (void)e;
+    x->i = 0;
+}
+
+static void w_not_u8_f32(const tpu_op *op, int64_t e, ex *x) {
+    x->i = t_read_i(t_at(&op->in[0], e), U8) == 0;
+}
+
 static void test_mixed(void) {
     static const double fv[] = {1e6, 3.0, 0.1, 0.2, 65519.0, 1.0, 2049.0, 1.0, -1e-8, 1e-8};
     run_mixed("add f32 + f16 -> common f16 -> out f32", true, TPU_BINARY_ADD, F16, F32, F32, F16,
@@ -1746,6 +1777,21 @@ static void test_mixed(void) {
               false, LY_CONTIG, 0, 0, w_isinf_f16, NULL, inf_v, 8);
     run_mixed("exp bf16 through common f32, out f64", false, TPU_UNARY_EXP, F32, F64, BF16, BF16, 1,
               false, LY_CONTIG, 0, 0, w_exp_bf16_f32, NULL, NULL, 0);
+    /* Inputs of other dtypes staged through f32 (the flat runs read any
+     * input dtype when the compute is f32). */
+    run_mixed("mul f32 * bool mask, common f32", true, TPU_BINARY_MUL, F32, F32, F32, BOOL, 2, false,
+              LY_CONTIG, 0, 0, w_mul_mask, NULL, NULL, 0);
+    run_mixed("mul bf16 * bool mask, common bf16", true, TPU_BINARY_MUL, BF16, BF16, BF16, BOOL, 2,
+              false, LY_CONTIG, 0, 0, w_mul_mask, NULL, NULL, 0);
+    static const int64_t big_i[] = {0, 16777217, 0, -16777219, 0, (int64_t)1 << 62, 0, -5};
+    static const double big_f[] = {1.0, 0, -2.0, 0, 0.5, 0, 3.0, 0};
+    /* ivals for in[1] (i64) at odd k, fvals for in[0] (f32) at even k. */
+    run_mixed("add f32 + i64, common f32", true, TPU_BINARY_ADD, F32, F32, F32, I64, 2, false,
+              LY_CONTIG, 0, 0, w_add_f32_i64, big_i, big_f, 8);
+    run_mixed("isneginf i32 through common f32", false, TPU_UNARY_ISNEGINF, F32, BOOL, I32, I32, 1,
+              false, LY_CONTIG, 0, 0, w_isneginf_i32, NULL, NULL, 0);
+    run_mixed("logical_not u8 through common f32", false, TPU_UNARY_LOGICAL_NOT, F32, BOOL, U8, U8, 1,
+              false, LY_CONTIG, 0, 0, w_not_u8_f32, NULL, NULL, 0);
     /* The scalar operand of an integer op is converted to the common
      * dtype like a tensor operand: 200 is -56 as i8. */
     run_mixed("maximum i8 with scalar 200 (wraps to -56)", true, TPU_BINARY_MAXIMUM, I8, I8, I8, I8, 1,

@@ -213,6 +213,14 @@ static const krow k_rows[] = {
     {"copy i32 <- f64 neg", T_COPY, 2, {7, 9}, I32, {F64}, 1, L_NEG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy i64 <- f16", T_COPY, 2, {7, 9}, I64, {F16}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
     {"copy i8 <- f64", T_COPY, 2, {7, 9}, I8, {F64}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
+    /* every pair has its own loop (convert_run_typed): a few more of them flat */
+    {"copy f32 <- i64 flat", T_COPY, 2, {37, 53}, F32, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy bool <- i64 flat", T_COPY, 2, {37, 53}, BOOL, {I64}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy i32 <- bool flat", T_COPY, 2, {37, 53}, I32, {BOOL}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy bf16 <- u8 flat", T_COPY, 2, {37, 53}, BF16, {U8}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy f64 <- i8 flat", T_COPY, 2, {37, 53}, F64, {I8}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, 0, 0},
+    {"copy i64 <- f32 flat", T_COPY, 2, {37, 53}, I64, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
+    {"copy bool <- f32 flat", T_COPY, 2, {37, 53}, BOOL, {F32}, 1, L_CONTIG, L_CONTIG, 0, 0, 0, 0, S_SPECIALS, 0},
     /* copy fast paths: blocked transposes (8x8 register blocks and ragged
      * edges), flat and row-run conversions */
     {"copy f32 transpose 2-d", T_COPY, 2, {67, 45}, F32, {F32}, 1, L_CONTIG, L_TRANS, 0, 0, 0, 0, S_SPECIALS, 0},
