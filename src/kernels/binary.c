@@ -958,20 +958,15 @@ static bool int_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
     return c->fn != TPU_BINARY_DIV && c->fn != TPU_BINARY_REMAINDER && c->fn != TPU_BINARY_FMOD;
 }
 
-bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
-    const tpu_tensor *o = &op->out;
+bool tpu_k_binary_row_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_k_fn_row *row = tpu_k_fn_row_of(op);
     if (row == NULL)
         return false;
     const bin_ctx c = bin_ctx_of(op);
     const bool ints = int_span_ok(op, &c, row->to_bool);
-    int64_t sa, sb = 0;
-    if ((!ints && !run_operands_ok(op, &c, row->to_bool)) || !tpu_k_is_dense(o) ||
-        !tpu_k_flat_step(&op->in[0], o, &sa) || (op->n_in == 2 && !tpu_k_flat_step(&op->in[1], o, &sb)))
+    if (!ints && !run_operands_ok(op, &c, row->to_bool))
         return false;
     tpu_k_span_init(s, op, binary_span_run);
-    s->step[0] = (int32_t)sa;
-    s->step[1] = (int32_t)sb;
     const bool b_raw = op->p.ew.b_opmath;
     binary_span_state st = {
         c, b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common),
@@ -981,52 +976,6 @@ bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
     return true;
 }
 
-/* Fast path for what has no flat run (op_table.c runs those): for the
- * float-result functions, if the coalesced shape has out contiguous in
- * its last dim and each input contiguous or broadcast there (a row or
- * column broadcast), row by row. Anything else goes to the reference. */
-tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *ta = &op->in[0];
-    const tpu_tensor *tb = op->n_in == 2 ? &op->in[1] : NULL;
-    const bin_ctx c = bin_ctx_of(op);
-    const bool b_raw = op->p.ew.b_opmath;
-    if (tpu_k_fn_row_of(op)->to_bool || !run_operands_ok(op, &c, false))
-        return tpu_k_binary_ref(op, ith, nth);
-    /* The scalar operand, as the reference reads it. */
-    const float other = b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common);
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    if (start >= end)
-        return TPU_OK;
-    run_in a = {ta->data, ta->dtype, 1};
-    run_in b = tb ? (run_in){tb->data, tb->dtype, 1}
-                  : (run_in){(const char *)&other, TPU_DTYPE_F32, 0};
-    const bool b_raw_run = b_raw || !tb; /* the scalar is already rounded */
-    /* Rows: coalesce, then require unit (or zero) steps along the last dim. */
-    const int64_t *strides[3] = {o->strides, ta->strides, tb ? tb->strides : o->strides};
-    tpu_k_shape sh;
-    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 3, strides);
-    int32_t last = sh.ndim - 1;
-    if (last < 0 || sh.strides[0][last] != 1 || (uint64_t)sh.strides[1][last] > 1 ||
-        (tb && (uint64_t)sh.strides[2][last] > 1))
-        return tpu_k_binary_ref(op, ith, nth);
-    a.step = sh.strides[1][last];
-    if (tb)
-        b.step = sh.strides[2][last];
-    const int64_t *cs[3] = {sh.strides[0], sh.strides[1], sh.strides[2]};
-    tpu_k_iter it;
-    tpu_k_iter_init(&it, sh.ndim, sh.sizes, 3, cs, start);
-    for (int64_t i = start; i < end;) {
-        int64_t run = tpu_k_iter_row_left(&it);
-        if (run > end - i)
-            run = end - i;
-        run_in ra = a, rb = b;
-        ra.p = tpu_k_ptr(ta, it.off[1]);
-        if (tb)
-            rb.p = tpu_k_ptr(tb, it.off[2]);
-        mixed_run(&c, tpu_k_ptr(o, it.off[0]), ra, rb, b_raw_run, run);
-        tpu_k_iter_advance_in_row(&it, run);
-        i += run;
-    }
-    return TPU_OK;
+bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s) {
+    return tpu_k_binary_row_span(op, s) && tpu_k_span_flat_steps(op, s);
 }

@@ -154,6 +154,18 @@ bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s);
 bool tpu_k_binary_span(const tpu_op *op, tpu_op_span *s);
 bool tpu_k_ternary_span(const tpu_op *op, tpu_op_span *s);
 
+/* Row runs: like the flat run, for op's dtypes whatever its layout (the
+ * caller sets s->step[k] to 0 or 1 per row); op_table.c runs records
+ * without a flat run by rows of their coalesced shape with them, inputs
+ * of other steps gathered into chunks. False if the family has no run
+ * for op's dtypes. */
+bool tpu_k_binary_row_span(const tpu_op *op, tpu_op_span *s);
+bool tpu_k_ternary_row_span(const tpu_op *op, tpu_op_span *s);
+
+/* Sets s->step[k] for a flat run of op: true if out is dense and each
+ * input laid out like it (step 1) or one value broadcast (step 0). */
+bool tpu_k_span_flat_steps(const tpu_op *op, tpu_op_span *s);
+
 /* Fills the fields of *s every family sets alike: op, n_in, element sizes
  * and the steps (1 for every input: the caller sets the broadcast ones). */
 void tpu_k_span_init(tpu_op_span *s, const tpu_op *op,
@@ -177,7 +189,6 @@ bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn);
 
 /* BINARY (binary.c). */
 tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth);
-tpu_status tpu_k_binary_fast(const tpu_op *op, int ith, int nth);
 
 /* TERNARY (ternary.c). */
 tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth);

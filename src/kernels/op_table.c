@@ -278,21 +278,26 @@ _Static_assert(sizeof k_fns / sizeof k_fns[0] == TPU_OP_COUNT,
  * the phase count, the scratch they need and the kernel of every phase
  * (NULL: one phase, no scratch, ref or fast). Families with flat runs
  * (tpu_op_span_of) name them in `span`: in fast mode a record that has
- * one runs it, and only the others go to `fast`. */
+ * one runs it; then, for families with row runs (`row_span`), a record
+ * whose dtypes they take runs by rows (run_rows); only the others go to
+ * `fast`. */
 static const struct {
     tpu_k_kernel ref, fast;
     int (*phases)(const tpu_op *op);
     int64_t (*scratch_bytes)(const tpu_op *op);
     tpu_k_phase_kernel run_phase;
     bool (*span)(const tpu_op *op, tpu_op_span *s);
+    bool (*row_span)(const tpu_op *op, tpu_op_span *s); /* run_rows */
 } k_kernels[] = {
     [TPU_OP_COPY] = {tpu_k_copy_ref, tpu_k_copy_fast, .span = tpu_k_copy_span},
     [TPU_OP_COPY_H2D] = {tpu_k_copy_ref, tpu_k_copy_fast, .span = tpu_k_copy_span},
     [TPU_OP_COPY_D2H] = {tpu_k_copy_ref, tpu_k_copy_fast, .span = tpu_k_copy_span},
     [TPU_OP_FILL] = {tpu_k_fill_ref, tpu_k_fill_fast, .span = tpu_k_fill_span},
     [TPU_OP_UNARY] = {tpu_k_unary_ref, tpu_k_unary_ref, .span = tpu_k_unary_span},
-    [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_fast, .span = tpu_k_binary_span},
-    [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_ref, .span = tpu_k_ternary_span},
+    [TPU_OP_BINARY] = {tpu_k_binary_ref, tpu_k_binary_ref, .span = tpu_k_binary_span,
+                       .row_span = tpu_k_binary_row_span},
+    [TPU_OP_TERNARY] = {tpu_k_ternary_ref, tpu_k_ternary_ref, .span = tpu_k_ternary_span,
+                        .row_span = tpu_k_ternary_row_span},
     [TPU_OP_REDUCE] = {tpu_k_reduce_ref, tpu_k_reduce_fast, tpu_k_reduce_phases,
                        tpu_k_reduce_scratch_bytes, tpu_k_reduce_split},
     [TPU_OP_SOFTMAX] = {tpu_k_softmax_ref, tpu_k_softmax_fast},
@@ -600,6 +605,92 @@ int64_t tpu_op_scratch_bytes(const tpu_op *op) {
     return k_kernels[op->code].scratch_bytes(op);
 }
 
+/* Copies n elements of size es at src, step elements apart, to dst. */
+static void gather_run(char *dst, const char *src, int64_t step, int64_t n, size_t es) {
+    const int64_t bs = step * (int64_t)es;
+    switch (es) {
+    case 1: for (int64_t j = 0; j < n; j++) memcpy(dst + j, src + j * bs, 1); break;
+    case 2: for (int64_t j = 0; j < n; j++) memcpy(dst + j * 2, src + j * bs, 2); break;
+    case 4: for (int64_t j = 0; j < n; j++) memcpy(dst + j * 4, src + j * bs, 4); break;
+    default: for (int64_t j = 0; j < n; j++) memcpy(dst + j * 8, src + j * bs, 8); break;
+    }
+}
+
+/* Share ith of nth of an element-wise record with no flat run, by rows of
+ * its coalesced shape (a row or column broadcast, a transposed operand, a
+ * strided view): out must be contiguous along the last dim; an input read
+ * there at step 0 or 1 is passed in place, any other is gathered chunk by
+ * chunk into a buffer (the rows of a transposed operand stay in cache
+ * from one row to the next). The row run computes each element as the
+ * flat run does, so the bytes are the same. False, having done nothing,
+ * if the family has no row run for op. */
+static bool run_rows(const tpu_op *op, int ith, int nth) {
+    tpu_op_span s;
+    if (k_kernels[op->code].row_span == NULL || op->n_in < 1 || op->n_in > 3 ||
+        !k_kernels[op->code].row_span(op, &s))
+        return false;
+    const tpu_tensor *o = &op->out;
+    const int n_in = op->n_in;
+    const int64_t *strides[4] = {o->strides, NULL, NULL, NULL};
+    for (int k = 0; k < n_in; k++)
+        strides[1 + k] = op->in[k].strides;
+    tpu_k_shape sh;
+    tpu_k_shape_coalesce(&sh, o->ndim, o->sizes, 1 + n_in, strides);
+    const int32_t last = sh.ndim - 1;
+    if (last < 0 || sh.strides[0][last] != 1)
+        return false;
+    int64_t inner[3] = {0, 0, 0};
+    bool gather[3] = {false, false, false}, any_gather = false;
+    for (int k = 0; k < n_in; k++) {
+        inner[k] = sh.strides[1 + k][last];
+        gather[k] = inner[k] != 0 && inner[k] != 1;
+        any_gather = any_gather || gather[k];
+        s.step[k] = gather[k] ? 1 : (int32_t)inner[k];
+    }
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return true;
+    _Alignas(64) char buf[3][TPU_K_EW_CHUNK * 8];
+    const int64_t *cs[4] = {sh.strides[0], sh.strides[1], sh.strides[2], sh.strides[3]};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, sh.ndim, sh.sizes, 1 + n_in, cs, start);
+    for (int64_t i = start; i < end;) {
+        int64_t run = tpu_k_iter_row_left(&it);
+        if (run > end - i)
+            run = end - i;
+        char *po = tpu_k_ptr(o, it.off[0]);
+        for (int64_t off = 0, len; off < run; off += len) {
+            len = any_gather && run - off > TPU_K_EW_CHUNK ? TPU_K_EW_CHUNK : run - off;
+            const char *in[3] = {NULL, NULL, NULL};
+            for (int k = 0; k < n_in; k++) {
+                const char *p = tpu_k_ptr(&op->in[k], it.off[1 + k] + off * inner[k]);
+                if (gather[k]) {
+                    gather_run(buf[k], p, inner[k], len, (size_t)s.in_size[k]);
+                    p = buf[k];
+                }
+                in[k] = p;
+            }
+            s.run(&s, po + off * s.out_size, in, len);
+        }
+        tpu_k_iter_advance_in_row(&it, run);
+        i += run;
+    }
+    return true;
+}
+
+bool tpu_k_span_flat_steps(const tpu_op *op, tpu_op_span *s) {
+    if (!tpu_k_is_dense(&op->out))
+        return false;
+    for (int k = 0; k < op->n_in; k++) {
+        int64_t step;
+        if (!tpu_k_flat_step(&op->in[k], &op->out, &step))
+            return false;
+        s->step[k] = (int32_t)step;
+    }
+    return true;
+}
+
 int tpu_op_phases(const tpu_op *op) {
     if (op == NULL || !op_code_valid(op->code) || k_kernels[op->code].phases == NULL)
         return 1;
@@ -630,6 +721,8 @@ tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nth) {
         tpu_k_span_share(&span, ith, nth);
         return TPU_OK;
     }
+    if (run_rows(op, ith, nth))
+        return TPU_OK;
     return k_kernels[op->code].fast(op, ith, nth);
 }
 

@@ -118,12 +118,6 @@ tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth) {
 
 /* --------------------------------------------------------- fast path */
 
-/* True if t is f32 and laid out like the dense f32 out (or, with
- * *step = 0, one value broadcast), so it can be read as a flat array. */
-static bool flat_f32(const tpu_tensor *t, const tpu_tensor *o, int64_t *step) {
-    return t->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(t) && tpu_k_flat_step(t, o, step);
-}
-
 /* lerp with one weight w (the optimizers' case). fmaf is one rounding
  * in both: without FMA instructions at compile time it is a libm call per
  * element, so CPUs with AVX2 and FMA take a variant compiled for them
@@ -179,11 +173,11 @@ __attribute__((target("avx512f,fma"))) static void addc_dense_avx512(tpu_ternary
     ADDC_DENSE_BODY
 }
 
-/* The flat runs, the function chosen once: WHERE with a bool condition
- * laid out like a dense f32 out and f32 values laid out like it or
- * broadcast (a select per element); ADDCMUL, ADDCDIV and LERP with f32
- * common and operands laid out like a dense f32 out or broadcast (the
- * optimizers' case). The bytes are the reference's. */
+/* The runs, the function chosen once: WHERE with a bool condition and
+ * f32 values (a select per element); ADDCMUL, ADDCDIV and LERP with f32
+ * common and operands (the optimizers' case). Each input is read at step
+ * 1 or 0 (one value); op_table.c runs them flat or by rows. The bytes are
+ * the reference's. */
 typedef struct {
     tpu_ternary_fn fn;
     float alpha, other; /* common is f32: the scalar c needs no rounding */
@@ -202,8 +196,9 @@ static void ternary_span_run(const tpu_op_span *s, char *out_bytes, const char *
     const float *b = (const float *)in[1];
     if (fn == TPU_TERNARY_WHERE) {
         const uint8_t *m = (const uint8_t *)in[0];
+        const int64_t sm = s->step[0];
         for (int64_t i = 0; i < n; i++)
-            out[i] = m[i] ? b[i * sb] : c[i * sc];
+            out[i] = m[i * sm] ? b[i * sb] : c[i * sc];
         return;
     }
     const float *a = (const float *)in[0];
@@ -230,24 +225,23 @@ static void ternary_span_run(const tpu_op_span *s, char *out_bytes, const char *
         out[i] = tern_f32(fn, st->alpha, a[i * sa], b[i * sb], c[i * sc]);
 }
 
-bool tpu_k_ternary_span(const tpu_op *op, tpu_op_span *s) {
+bool tpu_k_ternary_row_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_tensor *o = &op->out;
     const tpu_ternary_fn fn = (tpu_ternary_fn)op->fn;
-    int64_t steps[3] = {1, 1, 0};
     if (op->n_in < 2 || op->p.ew.common != TPU_DTYPE_F32 || o->dtype != TPU_DTYPE_F32 ||
-        !tpu_k_is_aligned(o) || !tpu_k_is_dense(o))
+        !tpu_k_is_aligned(o))
         return false;
-    if (fn == TPU_TERNARY_WHERE ? op->in[0].dtype != TPU_DTYPE_BOOL || !tpu_k_same_layout(&op->in[0], o)
-                                : !flat_f32(&op->in[0], o, &steps[0]))
-        return false;
-    for (int k = 1; k < op->n_in; k++)
-        if (!flat_f32(&op->in[k], o, &steps[k]))
+    for (int k = 0; k < op->n_in; k++) {
+        const tpu_dtype want = k == 0 && fn == TPU_TERNARY_WHERE ? TPU_DTYPE_BOOL : TPU_DTYPE_F32;
+        if (op->in[k].dtype != want || !tpu_k_is_aligned(&op->in[k]))
             return false;
+    }
     tpu_k_span_init(s, op, ternary_span_run);
-    for (int k = 0; k < 3; k++)
-        s->step[k] = (int32_t)steps[k];
     ternary_span_state st = {fn, (float)op->p.ew.alpha.f, (float)op->p.ew.other.f};
     memcpy(s->state, &st, sizeof st);
     return true;
 }
 
+bool tpu_k_ternary_span(const tpu_op *op, tpu_op_span *s) {
+    return tpu_k_ternary_row_span(op, s) && tpu_k_span_flat_steps(op, s);
+}
