@@ -146,13 +146,45 @@ def test_softmax_forward_backward(shape, dim, dtype):
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(11)) * 4).to(dtype)
     for fn in (torch.softmax, torch.log_softmax):
         check(fn(x, dim), fn(x.to("tpu"), dim))
-        if dtype == torch.bfloat16:
-            continue
         xc, xt = x.clone().requires_grad_(), x.to("tpu").requires_grad_()
         g = torch.randn(shape, dtype=dtype)
         fn(xc, dim).backward(g)
         fn(xt, dim).backward(g.to("tpu"))
         check(xc.grad, xt.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dim", [-1, 1, 0])
+def test_safe_softmax(dtype, dim):
+    # _safe_softmax: softmax with 0 for a row that is all -inf (a NaN in a
+    # row still makes it NaN), its dtype argument, and its gradient.
+    x = (torch.randn(4, 5, 7, generator=torch.Generator().manual_seed(13)) * 3).to(dtype)
+    x[1, 2, :] = x[:, 3, 4] = x[2, :, 0] = float("-inf")
+    x[3, 1, :] = float("-inf")
+    x[0, 0, 2] = float("nan")
+    check(torch.ops.aten._safe_softmax(x, dim), torch.ops.aten._safe_softmax(x.to("tpu"), dim))
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    check(torch.ops.aten._safe_softmax(x, dim, wide), torch.ops.aten._safe_softmax(x.to("tpu"), dim, wide),
+          computed_in=dtype)
+    finite = x.nan_to_num(nan=0.0).requires_grad_()
+    xt = finite.detach().to("tpu").requires_grad_()
+    g = torch.randn(4, 5, 7, generator=torch.Generator().manual_seed(14)).to(dtype)
+    torch.ops.aten._safe_softmax(finite, dim).backward(g)
+    torch.ops.aten._safe_softmax(xt, dim).backward(g.to("tpu"))
+    check(finite.grad, xt.grad)
+
+
+def test_attention_math_path_fully_masked_rows():
+    # The math path of scaled_dot_product_attention (a training step's, with
+    # dropout) with a query whose keys are all masked out: as on the CPU.
+    g = torch.Generator().manual_seed(15)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
+    mask = torch.rand(2, 1, 6, 6, generator=g) > 0.3
+    mask[:, :, 2, :] = False
+    want = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, mask)[0]
+    got = torch.ops.aten._scaled_dot_product_attention_math(q.to("tpu"), k.to("tpu"), v.to("tpu"),
+                                                            mask.to("tpu"))[0]
+    check(want, got)
 
 
 def test_softmax_half_to_float_and_special_rows():
@@ -263,3 +295,86 @@ def test_arange(args, dtype):
     check(torch.arange(*args, dtype=dtype), torch.arange(*args, dtype=dtype, device="tpu"))
     with pytest.raises(RuntimeError):
         torch.arange(0, 10, 0, device="tpu")
+
+
+# Operands of other dtypes than the compute's, and layouts without a flat
+# run (row and column broadcasts, transposed operands): the kernels stage
+# and gather them; the results are the CPU's.
+MIXED = [
+    ("f32 * bool mask", lambda d: d["f"] * d["b"]),
+    ("bf16 * bool mask", lambda d: d["h"] * d["b"]),
+    ("f32 + i64", lambda d: d["f"] + d["i"]),
+    ("f32 > i32", lambda d: d["f"] > d["i32"]),
+    ("i64 * f32 scalar", lambda d: d["i"] * 0.5),
+    ("i64 + i64", lambda d: d["i"] + d["i"]),
+    ("i32 * 3", lambda d: d["i32"] * 3),
+    ("i32 - i64, alpha", lambda d: torch.sub(d["i32"], d["i"], alpha=2)),
+    ("u8 + u8 wraps", lambda d: d["u8"] + d["u8"] * 4),
+    ("i64 // 3", lambda d: d["i"] // 3),
+    ("i64 max i32", lambda d: torch.maximum(d["i"], d["i32"])),
+    ("u8 != 0", lambda d: d["u8"] != 0),
+    ("i64 == i32", lambda d: d["i"] == d["i32"]),
+    ("bool & bool", lambda d: d["b"] & d["b2"]),
+    ("bool | bool", lambda d: d["b"] | d["b2"]),
+    ("bool ^ bool", lambda d: d["b"] ^ d["b2"]),
+    ("bool + bool", lambda d: d["b"] + d["b2"]),
+    ("bool * bool", lambda d: d["b"] * d["b2"]),
+    ("i8 & i8", lambda d: d["i8"] & (d["i8"] + 3)),
+    ("~bool", lambda d: ~d["b"]),
+    ("~i32", lambda d: ~d["i32"]),
+    ("-i64", lambda d: -d["i"]),
+    ("abs i8", lambda d: d["i8"].abs()),
+    ("logical_not bool", lambda d: d["b"].logical_not()),
+    ("logical_not i64", lambda d: d["i"].logical_not()),
+    ("logical_not f32", lambda d: d["f"].logical_not()),
+    ("isneginf f32", lambda d: torch.isneginf(d["f"])),
+    ("isposinf bf16", lambda d: torch.isposinf(d["h"])),
+    ("isnan f16", lambda d: torch.isnan(d["f16"])),
+    ("isinf i64", lambda d: torch.isinf(d["i"])),
+    ("signbit f32", lambda d: torch.signbit(d["f"])),
+    ("bool.float()", lambda d: d["b"].float()),
+    ("i64.float()", lambda d: d["i"].float()),
+    ("f32.long()", lambda d: d["f"].nan_to_num(0.0, 1e3, -1e3).long()),
+    ("f32.int() of bf16", lambda d: d["h"].nan_to_num(0.0, 1e3, -1e3).int()),
+    ("i64.to(u8)", lambda d: d["i"].to(torch.uint8)),
+    ("i32.bool()", lambda d: d["i32"].bool()),
+    ("f32.bool()", lambda d: d["f"].bool()),
+    ("u8.to(bf16)", lambda d: d["u8"].to(torch.bfloat16)),
+    ("bool.to(i64)", lambda d: d["b"].long()),
+    ("f32 + f32.T", lambda d: d["f"] + d["sq"].t()),
+    ("f32.T * bool", lambda d: d["sq"].t() * d["b"]),
+    ("f32 + row", lambda d: d["f"] + d["row"]),
+    ("f32 + col", lambda d: d["f"] + d["col"]),
+    ("i64 + f32.T", lambda d: d["i"] + d["sq"].t()),
+    ("where(row mask, f32, 0)", lambda d: torch.where(d["rowb"], d["f"], 0.0)),
+    ("where(mask.T, f32, f32)", lambda d: torch.where(d["sqb"].t(), d["f"], d["sq"])),
+    ("where(mask, row, f32.T)", lambda d: torch.where(d["b"], d["row"], d["sq"].t())),
+    ("addcmul col", lambda d: torch.addcmul(d["f"], d["col"], d["sq"].t(), value=0.5)),
+    ("lerp f32.T", lambda d: torch.lerp(d["f"], d["sq"].t(), 0.3)),
+]
+
+
+def mixed_inputs():
+    g = torch.Generator().manual_seed(16)
+    n = 37
+    f = torch.randn(n, n, generator=g) * 4
+    f.view(-1)[:5] = torch.tensor([float("nan"), float("inf"), float("-inf"), 0.0, -0.0])
+    return {
+        "f": f, "h": (torch.randn(n, n, generator=g) * 4).bfloat16(), "f16": (torch.randn(n, n, generator=g)).half(),
+        "b": torch.rand(n, n, generator=g) < 0.5, "b2": torch.rand(n, n, generator=g) < 0.5,
+        "i": torch.randint(-1000, 1000, (n, n), generator=g), "i32": torch.randint(-50, 50, (n, n), generator=g,
+                                                                                   dtype=torch.int32),
+        "i8": torch.randint(-128, 128, (n, n), generator=g, dtype=torch.int8),
+        "u8": torch.randint(0, 256, (n, n), generator=g, dtype=torch.uint8),
+        "sq": torch.randn(n, n, generator=g), "sqb": torch.rand(n, n, generator=g) < 0.5,
+        "row": torch.randn(n, 1, generator=g), "col": torch.randn(n, generator=g),
+        "rowb": torch.rand(n, 1, generator=g) < 0.5,
+    }
+
+
+@pytest.mark.parametrize("name,fn", MIXED, ids=[m[0] for m in MIXED])
+def test_mixed_dtypes_and_layouts(name, fn):
+    d = mixed_inputs()
+    want = fn(d)
+    got = fn({k: v.to("tpu") for k, v in d.items()})
+    check(want, got)

@@ -1,4 +1,4 @@
-// softmax and log_softmax with their backwards as TPU_OP_SOFTMAX records,
+// softmax, log_softmax, _safe_softmax and the backwards as TPU_OP_SOFTMAX records,
 // on PyTorch's structured metas (shape, dtype and argument checks as for
 // CPU and CUDA). half_to_float (an f16 input with an f32 result, which
 // CUDA supports and PyTorch's CPU backend does not) works.
@@ -70,11 +70,23 @@ void backward_kernel(at::impl::MetaBase& meta, const at::Tensor& grad, const at:
       meta.maybe_get_output(0), grad, &output, dim);
 }
 
+// _safe_softmax (what scaled_dot_product_attention's math path uses on a
+// masked score matrix): softmax, but 0 for a row that is all -inf, in one
+// record instead of CPU's composite of softmax, eq, all and where. As
+// there, `dtype` converts the input first and names the result's dtype.
+at::Tensor safe_softmax(const at::Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  const at::Tensor x = dtype.has_value() && *dtype != self.scalar_type() ? self.to(*dtype) : self;
+  at::Tensor out = at::empty_like(x);
+  run(TPU_SOFTMAX_SAFE, "aten::_safe_softmax", out, x, nullptr, dim);
+  return out;
+}
+
 using T = const at::Tensor&;
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_safe_softmax", safe_softmax);
   m.impl("_softmax", structured_functional<at::meta::structured__softmax, &forward_kernel<TPU_SOFTMAX_FORWARD>,
                                            "aten::_softmax", T, int64_t, bool>);
   m.impl("_softmax.out", structured_out<at::meta::structured__softmax, &forward_kernel<TPU_SOFTMAX_FORWARD>,

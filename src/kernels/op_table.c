@@ -179,7 +179,8 @@ _Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_CO
                "every tpu_reduce_fn needs a name");
 static const char *const k_softmax_names[] = {
     [TPU_SOFTMAX_FORWARD] = "softmax", [TPU_SOFTMAX_LOG] = "log_softmax",
-    [TPU_SOFTMAX_BACKWARD] = "softmax_backward", [TPU_SOFTMAX_LOG_BACKWARD] = "log_softmax_backward"};
+    [TPU_SOFTMAX_BACKWARD] = "softmax_backward", [TPU_SOFTMAX_LOG_BACKWARD] = "log_softmax_backward",
+    [TPU_SOFTMAX_SAFE] = "safe_softmax"};
 _Static_assert(sizeof k_softmax_names / sizeof k_softmax_names[0] == TPU_SOFTMAX_COUNT,
                "every tpu_softmax_fn needs a name");
 static const char *const k_matmul_names[] = {[TPU_MATMUL_MM] = "mm", [TPU_MATMUL_ADDMM] = "addmm"};

@@ -9,6 +9,11 @@
  * exp and, forward, f32 scaling, within a few ulps of it, and sums in 16
  * f64 lanes (the same bits in its AVX2 and AVX-512 builds).
  *
+ * f16 and bf16 rows (and mixed ones) take the fast path through f32
+ * copies of the row, each output rounded once from f32 as PyTorch's CPU
+ * kernels do. SAFE (PyTorch's _safe_softmax, what attention with a mask
+ * uses) is the forward with 0 for a row that is all -inf.
+ *
  * Work split: contiguous ranges of the row index. */
 #include <math.h>
 #include <string.h>
@@ -71,6 +76,11 @@ static void row_ref(const tpu_op *op, const rows *r, char *o, const char *x, con
             double v = tpu_k_load_f64(x + i * sx, xdt);
             if (v > mx || v != v)
                 mx = v != v || mx != mx ? NAN : v;
+        }
+        if (op->fn == TPU_SOFTMAX_SAFE && mx == -INFINITY) {
+            for (int64_t i = 0; i < n; i++)
+                tpu_k_store_f64(o + i * so, odt, 0.0);
+            return;
         }
         double sum = 0.0;
         for (int64_t i = 0; i < n; i++)
@@ -172,15 +182,16 @@ ROW_INLINE v8f splat8(float v) {
 /* A contiguous f32 forward row: max, then exp(x - max) into out (chunk
  * by chunk) with its f64 sum, then the scaling (or, for log_softmax,
  * x - max - log sum). */
-ROW_INLINE void row_fast_body(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
-    float *o = (float *)po;
-    const float *x = (const float *)px;
-    const int64_t n = r->len;
+/* A forward row of n f32 values at x into o; false, having written
+ * nothing, for a row the reference must do (a NaN or +inf in it). */
+ROW_INLINE bool row_fast_body(const tpu_op *op, int64_t n, float *o, const float *x) {
     bool nan;
     const float mx = row_max_f32(x, n, &nan);
-    if (nan || mx == INFINITY) { /* the reference's NaN rules, rarely needed */
-        row_ref(op, r, po, px, py);
-        return;
+    if (nan || mx == INFINITY) /* the reference's NaN rules, rarely needed */
+        return false;
+    if (op->fn == TPU_SOFTMAX_SAFE && mx == -INFINITY) {
+        memset(o, 0, (size_t)n * sizeof *o);
+        return true;
     }
     const v8f vmx = splat8(mx);
     tpu_k_row_lanes lanes;
@@ -220,6 +231,7 @@ ROW_INLINE void row_fast_body(const tpu_op *op, const rows *r, char *po, const c
         for (; i < n; i++)
             o[i] = o[i] * inv;
     }
+    return true;
 }
 
 /* A contiguous f32 backward row, g (px) and the forward's output y (py):
@@ -227,10 +239,7 @@ ROW_INLINE void row_fast_body(const tpu_op *op, const rows *r, char *po, const c
  * lanes, then each output from it in f64 as the reference computes it,
  * rounded once; log_softmax's exp(y) is vecmath's f32 exp, within its 2
  * ulps of the reference's f64 one. */
-ROW_INLINE void row_back_body(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
-    float *o = (float *)po;
-    const float *g = (const float *)px, *y = (const float *)py;
-    const int64_t n = r->len;
+ROW_INLINE void row_back_body(const tpu_op *op, int64_t n, float *o, const float *g, const float *y) {
     const bool log_form = op->fn == TPU_SOFTMAX_LOG_BACKWARD;
     tpu_k_row_lanes lanes;
     tpu_k_lanes_init(&lanes);
@@ -263,11 +272,37 @@ ROW_INLINE void row_back_body(const tpu_op *op, const rows *r, char *po, const c
     }
 }
 
+/* Rows of f16/bf16 (or mixed) operands up to this length go through f32
+ * copies on the stack (3 x 32 KB); longer ones take the reference. */
+enum { STAGE_MAX = 8192 };
+
+/* One contiguous row: f32 operands in place, others through f32 copies
+ * (the output rounded once from f32). */
 ROW_INLINE void row_any_body(const tpu_op *op, const rows *r, char *po, const char *px, const char *py) {
-    if (is_backward(op))
-        row_back_body(op, r, po, px, py);
-    else
-        row_fast_body(op, r, po, px, py);
+    const int64_t n = r->len;
+    const tpu_dtype odt = op->out.dtype, xdt = op->in[0].dtype;
+    const tpu_dtype ydt = is_backward(op) ? op->in[1].dtype : TPU_DTYPE_F32;
+    if (odt == TPU_DTYPE_F32 && xdt == TPU_DTYPE_F32 && ydt == TPU_DTYPE_F32) {
+        if (is_backward(op))
+            row_back_body(op, n, (float *)po, (const float *)px, (const float *)py);
+        else if (!row_fast_body(op, n, (float *)po, (const float *)px))
+            row_ref(op, r, po, px, py);
+        return;
+    }
+    if (n > STAGE_MAX) {
+        row_ref(op, r, po, px, py);
+        return;
+    }
+    float xs[STAGE_MAX], ys[STAGE_MAX], os[STAGE_MAX];
+    tpu_k_cvt_to_f32(xs, px, xdt, n);
+    if (is_backward(op)) {
+        tpu_k_cvt_to_f32(ys, py, ydt, n);
+        row_back_body(op, n, os, xs, ys);
+    } else if (!row_fast_body(op, n, os, xs)) {
+        row_ref(op, r, po, px, py);
+        return;
+    }
+    tpu_k_cvt_from_f32(po, odt, os, n);
 }
 
 __attribute__((target("avx2,fma"))) static void row_fast_avx2(const tpu_op *op, const rows *r, char *po,
@@ -281,17 +316,17 @@ row_fast_512(const tpu_op *op, const rows *r, char *po, const char *px, const ch
 }
 #endif /* TPU_K_X86 */
 
-/* Fast path: f32 rows contiguous in out and every input (forward,
- * log_softmax and their backwards), on CPUs with vector units. The rest
- * goes to the reference. */
+/* Fast path: f32, f16 and bf16 rows contiguous in out and every input
+ * (every function), on CPUs with vector units. The rest goes to the
+ * reference. */
 tpu_status tpu_k_softmax_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out;
     const int32_t d = op->p.softmax.dim;
-    bool ok = o->dtype == TPU_DTYPE_F32 && o->strides[d] == 1 && tpu_k_is_aligned(o) &&
+    bool ok = tpu_k_cvt_supported(o->dtype) && o->strides[d] == 1 && tpu_k_is_aligned(o) &&
               tpu_k_cpu_has_avx2_fma();
     for (int k = 0; k < op->n_in; k++) {
         const tpu_tensor *x = &op->in[k];
-        ok = ok && x->dtype == TPU_DTYPE_F32 && x->strides[d] == 1 && tpu_k_is_aligned(x);
+        ok = ok && tpu_k_cvt_supported(x->dtype) && x->strides[d] == 1 && tpu_k_is_aligned(x);
     }
     if (!ok)
         return tpu_k_softmax_ref(op, ith, nth);

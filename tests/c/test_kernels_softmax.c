@@ -75,7 +75,8 @@ static const char *const k_layout_names[L_COUNT] = {"contig", "trans", "neg", "p
 
 static const char *const k_fn_names[TPU_SOFTMAX_COUNT] = {"softmax", "log_softmax",
                                                           "softmax_backward",
-                                                          "log_softmax_backward"};
+                                                          "log_softmax_backward",
+                                                          "safe_softmax"};
 
 static bool is_bwd(int fn) {
     return fn == TPU_SOFTMAX_BACKWARD || fn == TPU_SOFTMAX_LOG_BACKWARD;
@@ -210,6 +211,13 @@ static void expect_row(int fn, int64_t n, const long double *x, const long doubl
         }
         if (nan)
             mx = NAN;
+        if (fn == TPU_SOFTMAX_SAFE && mx == -INFINITY) {
+            /* _safe_softmax: a row with every element -inf gives 0. */
+            for (int64_t i = 0; i < n; i++)
+                e[i] = 0;
+            *scale = 0;
+            return;
+        }
         long double sum = 0;
         for (int64_t i = 0; i < n; i++) {
             e[i] = expl(x[i] - mx);
@@ -766,6 +774,20 @@ static void known_answers(void) {
                     fprintf(stderr, "    known row %zu %s: expectation differs\n", k,
                             k_fn_names[fn]);
             }
+    /* safe_softmax: softmax's answers, but 0 for the all -inf row. */
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        scase c = {.label = "known", .ndim = 2, .sizes = {2, rows[k].n}, .dim = 1,
+                   .fn = TPU_SOFTMAX_SAFE, .out = F64, .x = F64, .y = F64, .fixed_x = rows[k].x};
+        long double want[8];
+        run_case(&c, want);
+        const bool all_ninf = k == 2;
+        bool ok = true;
+        for (int i = 0; i < rows[k].n; i++)
+            ok = ok && same_ld(want[i], all_ninf ? 0.0 : rows[k].soft[i], 1e-15);
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "    known row %zu safe_softmax: expectation differs\n", k);
+    }
     /* The backwards: g = (1, 2, 3), y = softmax (0.2, 0.3, 0.5). */
     static const double g[3] = {1, 2, 3}, y[3] = {0.2, 0.3, 0.5};
     static const double sb[3] = {-0.26, -0.09, 0.35}, lb[3] = {-0.2, 0.2, 0};

@@ -270,13 +270,14 @@ typedef enum {
  * the elements that differ only in dim d, independently). out has
  * in[0]'s sizes; any float dtypes (an f16 input may give an f32 out:
  * half_to_float). The reference computes each row in f64 and rounds each
- * output once; the fast path (contiguous f32 rows) computes in f32 with
- * f64 sums, within a few f32 ulps of it. */
+ * output once; the fast path (contiguous rows) computes in f32 with f64
+ * sums, within a few f32 ulps of it before the output's rounding. */
 typedef enum {
     TPU_SOFTMAX_FORWARD = 0,   /* exp(x - max) / sum exp(x - max) */
     TPU_SOFTMAX_LOG,           /* x - max - log(sum exp(x - max)) */
     TPU_SOFTMAX_BACKWARD,      /* in[0] = grad g, in[1] = softmax y: y (g - sum g y) */
     TPU_SOFTMAX_LOG_BACKWARD,  /* in[0] = grad g, in[1] = log_softmax y: g - exp(y) sum g */
+    TPU_SOFTMAX_SAFE,          /* FORWARD, but 0 for a row that is all -inf (_safe_softmax) */
     TPU_SOFTMAX_COUNT
 } tpu_softmax_fn;
 
