@@ -44,11 +44,33 @@ static int64_t reduced_count(const tpu_op *op) {
     return r;
 }
 
-/* Turns a float sum over `count` elements into the op's result. */
+/* Turns a float sum over `count` elements (of |x| or x * x for the
+ * summed norms, sum_kind) into the op's result. */
 static double finish_f64(const tpu_op *op, double sum, int64_t count) {
     if (op->fn == TPU_REDUCE_MEAN)
         return count > 0 ? sum / (double)count : NAN;
+    if (op->fn == TPU_REDUCE_NORM && op->p.reduce.ord == 2.0)
+        return sqrt(sum);
     return sum;
+}
+
+/* What the lane sums add per element: SUM and MEAN the value, NORM of
+ * order 1 its magnitude, of order 2 its square (exact in f64, as the
+ * reference's a * a). */
+typedef enum { SUM_VALUE, SUM_ABS, SUM_SQUARE, SUM_NONE } sum_kind;
+
+static sum_kind sum_kind_of(const tpu_op *op) {
+    if (op->fn == TPU_REDUCE_SUM || op->fn == TPU_REDUCE_MEAN)
+        return SUM_VALUE;
+    if (op->fn == TPU_REDUCE_NORM && op->p.reduce.ord == 1.0)
+        return SUM_ABS;
+    if (op->fn == TPU_REDUCE_NORM && op->p.reduce.ord == 2.0)
+        return SUM_SQUARE;
+    return SUM_NONE;
+}
+
+static inline double sum_term(sum_kind k, double v) {
+    return k == SUM_VALUE ? v : k == SUM_ABS ? fabs(v) : v * v;
 }
 
 /* ---------------------------------------------------- reference path */
@@ -206,53 +228,62 @@ tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
  * so they agree bit for bit with each other on every CPU. */
 enum { SUM_LANES = 16 };
 
-static double lanes_combine(double lanes[SUM_LANES], const float *x, int64_t done, int64_t n) {
+static double lanes_combine(double lanes[SUM_LANES], sum_kind k, const float *x, int64_t done,
+                            int64_t n) {
     for (int w = SUM_LANES / 2; w >= 1; w /= 2)
         for (int j = 0; j < w; j++)
             lanes[j] += lanes[j + w];
     double s = lanes[0];
     for (int64_t i = done; i < n; i++)
-        s += x[i];
+        s += sum_term(k, x[i]);
     return s;
 }
 
-static double sum_f32_run_plain(const float *x, int64_t n) {
+static double sum_f32_run_plain(sum_kind k, const float *x, int64_t n) {
     double lanes[SUM_LANES] = {0};
     int64_t i = 0;
     for (; i + SUM_LANES <= n; i += SUM_LANES)
         for (int j = 0; j < SUM_LANES; j++)
-            lanes[j] += x[i + j];
-    return lanes_combine(lanes, x, i, n);
+            lanes[j] += sum_term(k, x[i + j]);
+    return lanes_combine(lanes, k, x, i, n);
 }
 
 #if TPU_K_X86
 /* Same lanes, four per register: accumulator q holds lanes 4q..4q+3.
  * Named registers, not an array, so that -O2 keeps them out of memory
  * (four independent add chains hide the add latency). */
-__attribute__((target("avx2,fma"))) static double sum_f32_run_avx2(const float *x, int64_t n) {
+__attribute__((target("avx2,fma"))) static inline __m256d term4(sum_kind k, const float *p) {
+    const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(p));
+    if (k == SUM_ABS)
+        return _mm256_andnot_pd(_mm256_set1_pd(-0.0), v);
+    return k == SUM_SQUARE ? _mm256_mul_pd(v, v) : v;
+}
+
+__attribute__((target("avx2,fma"))) static double sum_f32_run_avx2(sum_kind k, const float *x,
+                                                                   int64_t n) {
     __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
     for (; i + SUM_LANES <= n; i += SUM_LANES) {
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
-        a2 = _mm256_add_pd(a2, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 8)));
-        a3 = _mm256_add_pd(a3, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 12)));
+        a0 = _mm256_add_pd(a0, term4(k, x + i));
+        a1 = _mm256_add_pd(a1, term4(k, x + i + 4));
+        a2 = _mm256_add_pd(a2, term4(k, x + i + 8));
+        a3 = _mm256_add_pd(a3, term4(k, x + i + 12));
     }
     double lanes[SUM_LANES];
     _mm256_storeu_pd(lanes, a0);
     _mm256_storeu_pd(lanes + 4, a1);
     _mm256_storeu_pd(lanes + 8, a2);
     _mm256_storeu_pd(lanes + 12, a3);
-    return lanes_combine(lanes, x, i, n);
+    return lanes_combine(lanes, k, x, i, n);
 }
 #endif
 
-static double sum_f32_run(const float *x, int64_t n) {
+static double sum_f32_run(sum_kind k, const float *x, int64_t n) {
 #if TPU_K_X86
     if (tpu_k_cpu_has_avx2_fma())
-        return sum_f32_run_avx2(x, n);
+        return sum_f32_run_avx2(k, x, n);
 #endif
-    return sum_f32_run_plain(x, n);
+    return sum_f32_run_plain(k, x, n);
 }
 
 /* Whether dims [first, ndim) of t lie in row-major order, one element
@@ -363,7 +394,8 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
                 tpu_k_store_f64(dst, o->dtype, x[at]);
             continue;
         }
-        double s = count > 0 ? sum_f32_run((const float *)in->data + it.off[1], count) : 0.0;
+        double s = count > 0 ? sum_f32_run(sum_kind_of(op), (const float *)in->data + it.off[1], count)
+                             : 0.0;
         tpu_k_store_f64(dst, o->dtype, finish_f64(op, s, count));
     }
     return TPU_OK;
@@ -394,7 +426,7 @@ enum {
 
 int64_t tpu_k_reduce_split_chunks(const tpu_op *op) {
     const tpu_tensor *in = &op->in[0];
-    if ((op->fn != TPU_REDUCE_SUM && op->fn != TPU_REDUCE_MEAN) || !tpu_dtype_is_float(in->dtype) ||
+    if (sum_kind_of(op) == SUM_NONE || !tpu_dtype_is_float(in->dtype) ||
         !tpu_dtype_is_float(op->out.dtype) || in->data == NULL ||
         !tpu_k_is_aligned(in) || tpu_k_numel(&op->out) > SPLIT_MAX_OUTPUTS ||
         trailing_block(op) < 0)
@@ -405,30 +437,30 @@ int64_t tpu_k_reduce_split_chunks(const tpu_op *op) {
 
 /* 16-lane sum of n f32: the plain loop in reference mode, the vector one
  * otherwise (the same order, so the same bits). */
-static double lanes_sum(const float *f, int64_t n) {
-    return tpu_kernels_get_reference() ? sum_f32_run_plain(f, n) : sum_f32_run(f, n);
+static double lanes_sum(sum_kind k, const float *f, int64_t n) {
+    return tpu_kernels_get_reference() ? sum_f32_run_plain(k, f, n) : sum_f32_run(k, f, n);
 }
 
 /* The sum of one chunk of n contiguous elements of dtype dt at x. f32: 16
  * lanes. f16/bf16: widened to f32 (exactly) in blocks of TPU_K_EW_CHUNK,
  * each block summed in 16 lanes, the block sums added in order. f64: in
  * index order. */
-static double split_chunk_sum(const char *x, tpu_dtype dt, int64_t n) {
+static double split_chunk_sum(sum_kind k, const char *x, tpu_dtype dt, int64_t n) {
     if (dt == TPU_DTYPE_F32)
-        return lanes_sum((const float *)x, n);
+        return lanes_sum(k, (const float *)x, n);
     if (dt == TPU_DTYPE_F16 || dt == TPU_DTYPE_BF16) {
         float buf[TPU_K_EW_CHUNK];
         double s = 0.0;
         for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
             int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
             tpu_k_cvt_to_f32(buf, x + off * 2, dt, len);
-            s += lanes_sum(buf, len);
+            s += lanes_sum(k, buf, len);
         }
         return s;
     }
     double s = 0.0;
     for (int64_t i = 0; i < n; i++)
-        s += tpu_k_load_f64(x + (size_t)i * sizeof(double), dt);
+        s += sum_term(k, tpu_k_load_f64(x + (size_t)i * sizeof(double), dt));
     return s;
 }
 
@@ -456,7 +488,8 @@ tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth) {
             tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, out_index);
             int64_t first = c * SPLIT_CHUNK;
             int64_t len = count - first < SPLIT_CHUNK ? count - first : SPLIT_CHUNK;
-            partial[item] = split_chunk_sum(tpu_k_ptr(in, it.off[1] + first), in->dtype, len);
+            partial[item] =
+                split_chunk_sum(sum_kind_of(op), tpu_k_ptr(in, it.off[1] + first), in->dtype, len);
         }
         return TPU_OK;
     }
@@ -544,6 +577,7 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 1, strides, start);
     double acc[TPU_K_LEADING_CHUNK];
+    const bool dense_f32 = o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o) && row_major_from(o, 0);
     for (int64_t c0 = start; c0 < end; c0 += TPU_K_LEADING_CHUNK) {
         int64_t w = end - c0 < TPU_K_LEADING_CHUNK ? end - c0 : TPU_K_LEADING_CHUNK;
         for (int64_t j = 0; j < w; j++)
@@ -555,6 +589,12 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
         else
 #endif
             leading_add_plain(acc, x + c0, cols, rows, w);
+        if (dense_f32) { /* the same (float) rounding, without the walk */
+            float *y = (float *)o->data + c0;
+            for (int64_t j = 0; j < w; j++)
+                y[j] = (float)finish_f64(op, acc[j], rows);
+            continue;
+        }
         for (int64_t j = 0; j < w; j++, tpu_k_iter_next(&it))
             tpu_k_store_f64(tpu_k_ptr(o, it.off[0]), o->dtype, finish_f64(op, acc[j], rows));
     }
@@ -572,12 +612,12 @@ tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
     if ((op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL) &&
         op->in[0].dtype == TPU_DTYPE_BOOL && trailing_block(op) >= 0)
         return reduce_trailing(op, ith, nth);
-    bool is_sum = op->fn == TPU_REDUCE_SUM || op->fn == TPU_REDUCE_MEAN;
-    if (is_sum && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
+    const sum_kind k = sum_kind_of(op);
+    if (k != SUM_NONE && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
         tpu_dtype_is_float(op->out.dtype)) {
         if (trailing_block(op) >= 0)
             return reduce_trailing(op, ith, nth);
-        if (is_leading_block(op))
+        if (k == SUM_VALUE && is_leading_block(op))
             return reduce_leading(op, ith, nth);
     }
     return tpu_k_reduce_ref(op, ith, nth);

@@ -571,6 +571,19 @@ static void test_norm(void) {
             }
         }
     }
+    /* Orders 1 and 2 of long contiguous runs: the 16-lane sums of the
+     * trailing-dims path, and runs long enough to be split into chunks
+     * (clip_grad_norm_ over a parameter: one output, millions of values). */
+    static const int64_t rows_long[2] = {300, 700}, split_long[2] = {2, 140000};
+    for (int oi = 0; oi < 2; oi++) {
+        double ord = oi == 0 ? 2.0 : 1.0;
+        for (int nans = 0; nans < 2; nans++) {
+            run_norm(ord, F32, F32, 2, rows_long, 0x2, L_CONTIG, L_CONTIG, nans);
+            run_norm(ord, F32, F32, 2, split_long, 0x2, L_CONTIG, L_CONTIG, nans);
+            run_norm(ord, F32, F32, 2, split_long, 0x3, L_CONTIG, L_CONTIG, nans);
+            run_norm(ord, BF16, F32, 2, split_long, 0x3, L_CONTIG, L_CONTIG, nans);
+        }
+    }
 }
 
 /* Hand-made rows, f64 in and out, with their known norms. */
