@@ -318,13 +318,73 @@ bool tpu_k_copy_span(const tpu_op *op, tpu_op_span *s) {
 /* Fast path for what has no flat run (op_table.c runs those): same-dtype
  * copies (tiles for transposes, else strided row runs of the coalesced
  * shape) and conversions (by row runs, one loop per dtype pair, the run
- * conversions for contiguous aligned f32/f16/bf16 runs). TRIL and TRIU
- * go to the reference path. */
+ * conversions for contiguous aligned f32/f16/bf16 runs); TRIL and TRIU
+ * by rows (copy_triangle_rows). */
+/* TRIL and TRIU by rows of the last dim: each row's kept columns are one
+ * run, copied (or converted) as a plain copy's run is, and the rest set
+ * to 0, instead of deciding per element. Rows are split across shares;
+ * every element is written once from its own input, so any split gives
+ * the reference's bytes (in place too: a kept run is copied onto itself,
+ * a dropped one zeroed). */
+static void copy_triangle_rows(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    const int32_t nd = o->ndim;
+    const int64_t rows = o->sizes[nd - 2], cols = o->sizes[nd - 1];
+    const int64_t n_rows = cols > 0 ? tpu_k_numel(o) / cols : 0;
+    int64_t start, end;
+    tpu_k_split(n_rows, ith, nth, &start, &end);
+    if (start >= end)
+        return;
+    const int64_t k = op->p.tri.diagonal;
+    const bool lower = op->fn == TPU_COPY_TRIL;
+    const bool same = o->dtype == in->dtype;
+    const size_t es = tpu_dtype_size(o->dtype);
+    const int64_t so = o->strides[nd - 1], si = in->strides[nd - 1];
+    /* Walk the rows: every dim but the last. */
+    const int64_t *strides[2] = {o->strides, in->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, nd - 1, o->sizes, 2, strides, start);
+    for (int64_t r = start; r < end; r++, tpu_k_iter_next(&it)) {
+        const int64_t i = r % rows;
+        /* Kept columns [c0, c1): tril j <= i + k, triu j >= i + k, with
+         * the comparisons ordered so that i + k is only formed in range. */
+        int64_t c0 = 0, c1 = cols;
+        if (lower)
+            c1 = k >= cols - i ? cols : k < -i ? 0 : i + k + 1;
+        else
+            c0 = k >= cols - i ? cols : k <= -i ? 0 : i + k;
+        char *po = tpu_k_ptr(o, it.off[0]);
+        const char *pi = tpu_k_ptr(in, it.off[1]);
+        if (c1 > c0) {
+            char *dst = po + c0 * so * (int64_t)es;
+            const char *src = pi + c0 * si * (int64_t)tpu_dtype_size(in->dtype);
+            if (same)
+                copy_run_same(dst, so, src, si, c1 - c0, es);
+            else
+                convert_run_typed(dst, o->dtype, so, src, in->dtype, si, c1 - c0);
+        } else {
+            c0 = c1 = cols; /* nothing kept: zero the whole row below */
+        }
+        /* The dropped columns [0, c0) and [c1, cols): 0 in every dtype. */
+        if (so == 1) {
+            memset(po, 0, (size_t)c0 * es);
+            memset(po + c1 * (int64_t)es, 0, (size_t)(cols - c1) * es);
+            continue;
+        }
+        for (int64_t j = 0; j < c0; j++)
+            memset(po + j * so * (int64_t)es, 0, es);
+        for (int64_t j = c1; j < cols; j++)
+            memset(po + j * so * (int64_t)es, 0, es);
+    }
+}
+
 tpu_status tpu_k_copy_fast(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     bool same = o->dtype == in->dtype;
-    if (op->fn != TPU_COPY_PLAIN)
-        return tpu_k_copy_ref(op, ith, nth);
+    if (op->fn != TPU_COPY_PLAIN) {
+        copy_triangle_rows(op, ith, nth);
+        return TPU_OK;
+    }
     int64_t numel = tpu_k_numel(o);
     bool aligned = tpu_k_is_aligned(o) && tpu_k_is_aligned(in);
     size_t es = tpu_dtype_size(o->dtype);

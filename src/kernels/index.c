@@ -224,6 +224,56 @@ static tpu_status histc_ref(const tpu_op *op, int ith) {
     return TPU_OK;
 }
 
+/* GATHER of int64 indices by rows of out's last dim: each row's elements
+ * read src at their own index along `dim` (and at their column along the
+ * last dim, unless dim is it), with the element size and index dtype
+ * fixed per loop instead of per element. The same bytes as gather_ref and
+ * the same check of every index read, by rows instead of elements (a
+ * share stops at its first bad index, as there). */
+#define GATHER_ROW(T)                                                                              \
+    for (int64_t j = 0; j < len; j++) {                                                            \
+        int64_t k;                                                                                 \
+        memcpy(&k, pi + j * ii, sizeof k);                                                         \
+        if (!index_ok(op, k, size))                                                                \
+            return TPU_ERR_INDEX;                                                                  \
+        memcpy(po + j * oo, ps + j * ss + k * sd, sizeof(T));                                      \
+    }                                                                                              \
+    break
+
+static tpu_status gather_rows(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *src = &op->in[0], *idx = &op->in[1];
+    const int32_t dim = op->p.index.dim, last = o->ndim - 1;
+    const int64_t len = o->sizes[last];
+    const int64_t n_rows = len > 0 ? tpu_k_numel(o) / len : 0;
+    int64_t start, end;
+    tpu_k_split(n_rows, ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    int64_t src_strides[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < o->ndim; d++)
+        src_strides[d] = d == dim ? 0 : src->strides[d];
+    const int64_t *strides[3] = {o->strides, src_strides, idx->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, last, o->sizes, 3, strides, start);
+    const size_t es = tpu_dtype_size(o->dtype);
+    const int64_t size = src->sizes[dim];
+    /* Steps in bytes along the row; sd: one step of the index along dim. */
+    const int64_t oo = o->strides[last] * (int64_t)es, ii = idx->strides[last] * 8;
+    const int64_t ss = src_strides[last] * (int64_t)es, sd = src->strides[dim] * (int64_t)es;
+    for (int64_t r = start; r < end; r++, tpu_k_iter_next(&it)) {
+        char *po = tpu_k_ptr(o, it.off[0]);
+        const char *ps = tpu_k_ptr(src, it.off[1]), *pi = tpu_k_ptr(idx, it.off[2]);
+        switch (es) {
+        case 1: GATHER_ROW(uint8_t);
+        case 2: GATHER_ROW(uint16_t);
+        case 4: GATHER_ROW(uint32_t);
+        default: GATHER_ROW(uint64_t);
+        }
+    }
+    return TPU_OK;
+}
+#undef GATHER_ROW
+
 tpu_status tpu_k_index_ref(const tpu_op *op, int ith, int nth) {
     if (op->fn == TPU_INDEX_INTERP || op->fn == TPU_INDEX_INTERP_BACKWARD)
         return tpu_k_interp_ref(op, ith, nth);
@@ -244,5 +294,7 @@ tpu_status tpu_k_index_fast(const tpu_op *op, int ith, int nth) {
     tpu_status st;
     if (select_rows(op, ith, nth, &st))
         return st;
+    if (op->fn == TPU_INDEX_GATHER && op->in[1].dtype == TPU_DTYPE_I64 && op->out.ndim > 0)
+        return gather_rows(op, ith, nth);
     return tpu_k_index_ref(op, ith, nth);
 }
