@@ -252,6 +252,7 @@ tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
 
 /* SCAN (scan.c). */
 tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_scan_fast(const tpu_op *op, int ith, int nth);
 
 /* WINDOW (window.c). */
 tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth);

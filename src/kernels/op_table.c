@@ -308,7 +308,7 @@ static const struct {
                      tpu_k_norm_run_phase},
     [TPU_OP_INDEX] = {tpu_k_index_ref, tpu_k_index_fast, NULL, tpu_k_index_scratch_bytes, NULL},
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
-    [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_ref},
+    [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_fast},
     [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_ref, NULL, tpu_k_sort_scratch_bytes, NULL},
     [TPU_OP_WINDOW] = {tpu_k_window_ref, tpu_k_window_ref},
     [TPU_OP_ATTENTION] = {tpu_k_attention_ref, tpu_k_attention_fast, tpu_k_attention_phases,

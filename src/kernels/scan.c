@@ -66,7 +66,10 @@ static void extreme_line(const tpu_op *op, const int64_t *off, int64_t len) {
     }
 }
 
-tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth) {
+/* The lines of this share; `typed`: cumsum of aligned f32 into f32 and of
+ * int64 into int64 in loops with the dtypes fixed (the fast path: the
+ * same chain, the same rounding, no dtype switch per element). */
+static tpu_status scan_lines(const tpu_op *op, int ith, int nth, bool typed) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     const int32_t dim = op->p.scan.dim;
     const int64_t len = o->sizes[dim];
@@ -98,6 +101,27 @@ tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth) {
             }
             continue;
         }
+        if (typed && sum && o->dtype == TPU_DTYPE_F32 && in->dtype == TPU_DTYPE_F32) {
+            /* f32 widens exactly; (float) is the store's rounding. */
+            const float *x = (const float *)in->data + it.off[1];
+            float *y = (float *)o->data + it.off[0];
+            double acc = 0.0;
+            for (int64_t k = 0; k < len; k++) {
+                acc += x[k * si];
+                y[k * so] = (float)acc;
+            }
+            continue;
+        }
+        if (typed && sum && o->dtype == TPU_DTYPE_I64 && in->dtype == TPU_DTYPE_I64) {
+            const int64_t *x = (const int64_t *)in->data + it.off[1];
+            int64_t *y = (int64_t *)o->data + it.off[0];
+            uint64_t acc = 0;
+            for (int64_t k = 0; k < len; k++) {
+                acc += (uint64_t)x[k * si];
+                y[k * so] = tpu_k_u64_to_i64(acc);
+            }
+            continue;
+        }
         double acc_f = sum ? 0.0 : 1.0;
         uint64_t acc_i = sum ? 0 : 1; /* unsigned: integer scans wrap */
         for (int64_t k = 0; k < len; k++) {
@@ -115,4 +139,12 @@ tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth) {
         }
     }
     return TPU_OK;
+}
+
+tpu_status tpu_k_scan_ref(const tpu_op *op, int ith, int nth) {
+    return scan_lines(op, ith, nth, false);
+}
+
+tpu_status tpu_k_scan_fast(const tpu_op *op, int ith, int nth) {
+    return scan_lines(op, ith, nth, tpu_k_is_aligned(&op->out) && tpu_k_is_aligned(&op->in[0]));
 }
