@@ -271,7 +271,9 @@ static inline double bin_f64(const bin_ctx *c, double a, double b) {
     }
     case TPU_BINARY_FMOD: return fmod(a, b);
     case TPU_BINARY_COPYSIGN: return copysign(a, b);
-    case TPU_BINARY_XLOGY: return b != b ? b : a == 0.0 ? 0.0 : a * log(b);
+    /* A NaN a is returned as it is: a * log(b) with both NaN would give
+     * whichever NaN the compiler's operand order picks. */
+    case TPU_BINARY_XLOGY: return b != b ? b : a != a ? a : a == 0.0 ? 0.0 : a * log(b);
     case TPU_BINARY_THRESHOLD: return a <= c->a0.f ? c->a1.f : b;
     case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0 - b) * b;
     case TPU_BINARY_TANH_BACKWARD: return a * (1.0 - b * b);
@@ -897,16 +899,59 @@ static void int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run
     }
 }
 
+/* The f64 compute: inputs staged through f64 chunks as the reference
+ * loads them, bin_f64 (or the compare) per element, out f64 (or bool). */
+static void f64_run(const bin_ctx *c, bool to_bool, char *po, run_in a, run_in b, double scalar,
+                    int64_t n) {
+    double abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK];
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        const double *x = tpu_k_ew_stage_f64(a.p + off * a.step * (int64_t)tpu_dtype_size(a.dt),
+                                             a.dt, a.step, len, abuf);
+        const double *y =
+            b.p == NULL ? &scalar
+                        : tpu_k_ew_stage_f64(b.p + off * b.step * (int64_t)tpu_dtype_size(b.dt),
+                                             b.dt, b.step, len, bbuf);
+        const int64_t xs = a.step, ys = b.p == NULL ? 0 : b.step;
+        if (to_bool) {
+            uint8_t *o = (uint8_t *)po + off;
+            for (int64_t i = 0; i < len; i++)
+                o[i] = (uint8_t)BIN_TO_BOOL(c->fn, x[i * xs], y[i * ys]);
+            continue;
+        }
+        double *o = (double *)po + off;
+        switch (c->fn) { /* the common ones without the per-element switch */
+        case TPU_BINARY_MUL:
+            for (int64_t i = 0; i < len; i++)
+                o[i] = x[i * xs] * y[i * ys];
+            break;
+        case TPU_BINARY_ADD:
+            if (c->alpha.f == 1.0) {
+                for (int64_t i = 0; i < len; i++)
+                    o[i] = x[i * xs] + y[i * ys];
+                break;
+            }
+            /* fall through */
+        default:
+            for (int64_t i = 0; i < len; i++)
+                o[i] = bin_f64(c, x[i * xs], y[i * ys]);
+            break;
+        }
+    }
+}
+
 /* The flat run: out dense and each input laid out like it or one value.
  * Comparisons and logical functions into a bool out go through cmp_flat,
  * float-result functions with out in the common dtype through mixed_run,
- * integer and bool computes through int_run. */
+ * integer and bool computes through int_run, the f64 compute through
+ * f64_run. */
 typedef struct {
     bin_ctx c;
     float other; /* the record's scalar operand, as the reference reads it */
     bool cmp;    /* a -> bool function */
     bool b_raw;  /* b is read in its own dtype (b_opmath, or the scalar) */
     bool ints;   /* integer or bool compute: int_run */
+    bool f64;    /* f64 compute: f64_run */
     tpu_dtype a_dt, b_dt;
 } binary_span_state;
 TPU_K_SPAN_STATE_FITS(binary_span_state);
@@ -922,6 +967,11 @@ static void binary_span_run(const tpu_op_span *s, char *out, const char *const *
         const int64_t scalar = cm == TPU_DTYPE_BOOL ? other.i != 0 : tpu_k_ew_wrap(other.i, cm);
         const run_in b = {s->n_in == 2 ? in[1] : NULL, st->b_dt, s->step[1]};
         int_run(&st->c, st->cmp, out, s->op->out.dtype, a, b, scalar, n);
+        return;
+    }
+    if (st->f64) {
+        const run_in b = {s->n_in == 2 ? in[1] : NULL, st->b_dt, s->step[1]};
+        f64_run(&st->c, st->cmp, out, a, b, s->op->p.ew.other.f, n);
         return;
     }
     const run_in b = s->n_in == 2 ? (run_in){in[1], st->b_dt, s->step[1]}
@@ -958,19 +1008,29 @@ static bool int_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
     return c->fn != TPU_BINARY_DIV && c->fn != TPU_BINARY_REMAINDER && c->fn != TPU_BINARY_FMOD;
 }
 
+/* Whether f64_run takes the record: the f64 compute, aligned operands,
+ * out f64 (bool for the -> bool functions). */
+static bool f64_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
+    return tpu_k_ew_compute_of(c->common) == EW_F64 &&
+           op->out.dtype == (to_bool ? TPU_DTYPE_BOOL : TPU_DTYPE_F64) &&
+           tpu_k_is_aligned(&op->out) && tpu_k_is_aligned(&op->in[0]) &&
+           (op->n_in < 2 || tpu_k_is_aligned(&op->in[1]));
+}
+
 bool tpu_k_binary_row_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_k_fn_row *row = tpu_k_fn_row_of(op);
     if (row == NULL)
         return false;
     const bin_ctx c = bin_ctx_of(op);
     const bool ints = int_span_ok(op, &c, row->to_bool);
-    if (!ints && !run_operands_ok(op, &c, row->to_bool))
+    const bool f64 = !ints && f64_span_ok(op, &c, row->to_bool);
+    if (!ints && !f64 && !run_operands_ok(op, &c, row->to_bool))
         return false;
     tpu_k_span_init(s, op, binary_span_run);
     const bool b_raw = op->p.ew.b_opmath;
     binary_span_state st = {
         c, b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common),
-        row->to_bool, b_raw || op->n_in == 1, ints, op->in[0].dtype,
+        row->to_bool, b_raw || op->n_in == 1, ints, f64, op->in[0].dtype,
         op->n_in == 2 ? op->in[1].dtype : TPU_DTYPE_F32};
     memcpy(s->state, &st, sizeof st);
     return true;

@@ -99,6 +99,12 @@ static inline const float *tpu_k_ew_stage_f32(const char *p, tpu_dtype dt, int64
 const int64_t *tpu_k_ew_stage_i64(const char *src, tpu_dtype dt, int64_t step, int64_t n,
                                   tpu_dtype common, int64_t *dst);
 
+/* A run of n elements of dtype dt at src (step 1, or 0: one value) as
+ * f64, as tpu_k_load_f64 loads them (the f64 compute): in place when dt
+ * is f64 (returns src), else into dst. src aligned (ew_stage.c). */
+const double *tpu_k_ew_stage_f64(const char *src, tpu_dtype dt, int64_t step, int64_t n,
+                                 double *dst);
+
 /* dst[0..n) (dtype dt, contiguous, aligned) = src[0..n) stored as
  * tpu_k_store_i64 stores them (integers wrap, floats round, bool != 0). */
 void tpu_k_ew_store_i64(char *dst, tpu_dtype dt, const int64_t *src, int64_t n);

@@ -72,3 +72,29 @@ void tpu_k_ew_store_i64(char *dst, tpu_dtype dt, const int64_t *src, int64_t n) 
     }
 }
 #undef STORE_LOOP
+
+#define LOOP(DT)                                                                                   \
+    do {                                                                                           \
+        const int64_t es = (int64_t)tpu_dtype_size(DT);                                            \
+        for (int64_t i = 0; i < len; i++)                                                          \
+            dst[i] = tpu_k_load_f64(src + i * es, DT);                                             \
+    } while (0);                                                                                   \
+    return dst
+
+const double *tpu_k_ew_stage_f64(const char *src, tpu_dtype dt, int64_t step, int64_t n,
+                                 double *dst) {
+    const int64_t len = step ? n : 1;
+    switch (dt) {
+    case TPU_DTYPE_F64: return (const double *)src;
+    case TPU_DTYPE_F32: LOOP(TPU_DTYPE_F32);
+    case TPU_DTYPE_F16: LOOP(TPU_DTYPE_F16);
+    case TPU_DTYPE_BF16: LOOP(TPU_DTYPE_BF16);
+    case TPU_DTYPE_I8: LOOP(TPU_DTYPE_I8);
+    case TPU_DTYPE_I16: LOOP(TPU_DTYPE_I16);
+    case TPU_DTYPE_I32: LOOP(TPU_DTYPE_I32);
+    case TPU_DTYPE_I64: LOOP(TPU_DTYPE_I64);
+    case TPU_DTYPE_U8: LOOP(TPU_DTYPE_U8);
+    default: LOOP(TPU_DTYPE_BOOL);
+    }
+}
+#undef LOOP

@@ -536,8 +536,30 @@ typedef struct {
     tpu_dtype in_dt, common;
     bool to_bool;
     bool ints; /* integer or bool compute: int_span_run */
+    bool f64;  /* f64 compute: f64_span_run */
 } unary_span_state;
 TPU_K_SPAN_STATE_FITS(unary_span_state);
+
+/* The f64 compute: the input staged through f64 (ew_stage.c), un_f64 or
+ * un_to_bool per element as the reference calls them, out f64 or bool. */
+static void f64_span_run(const tpu_op_span *s, const unary_span_state *u, char *out, const char *in,
+                         int64_t n) {
+    double xbuf[TPU_K_EW_CHUNK];
+    const tpu_scalar *args = s->op->p.ew.args;
+    for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
+        int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
+        const double *x = tpu_k_ew_stage_f64(in + off * s->in_size[0], u->in_dt, 1, len, xbuf);
+        if (u->to_bool) {
+            uint8_t *o = (uint8_t *)out + off;
+            for (int64_t i = 0; i < len; i++)
+                o[i] = un_to_bool(u->fn, x[i]);
+            continue;
+        }
+        double *o = (double *)out + off;
+        for (int64_t i = 0; i < len; i++)
+            o[i] = un_f64(u->fn, x[i], args);
+    }
+}
 
 /* Integer and bool computes: the input staged through int64 (ew_stage.c),
  * un_i64 / un_bool / un_to_bool per element as the reference calls them,
@@ -579,6 +601,10 @@ static void unary_span_run(const tpu_op_span *s, char *out, const char *const *i
         int_span_run(s, u, out, in[0], n);
         return;
     }
+    if (u->f64) {
+        f64_span_run(s, u, out, in[0], n);
+        return;
+    }
     float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
         int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
@@ -596,9 +622,9 @@ static void unary_span_run(const tpu_op_span *s, char *out, const char *const *i
     }
 }
 
-/* The fast path (op_table.c runs it; the rest goes to the reference): an
- * f32-computed common dtype (f32/f16/bf16) with out in the common dtype,
- * or an integer or bool compute with out of any dtype; out bool for the
+/* The fast path (op_table.c runs it; the rest goes to the reference): a
+ * float common dtype (f32/f16/bf16 computed in f32, or f64) with out in
+ * the common dtype, or an integer or bool compute with out of any dtype; out bool for the
  * -> bool functions; the input of any dtype; all aligned, input and out
  * dense with the same layout (a contiguous tensor, or out allocated like
  * its input). */
@@ -610,13 +636,13 @@ bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
     const bool to_bool = tpu_k_fn_row_of(op)->to_bool;
     const tpu_k_ew_compute k = tpu_k_ew_compute_of(cm);
     const bool ints = k == EW_I64 || k == EW_BOOL;
-    /* Integer computes store any out dtype; f32 ones only common's. */
-    if ((to_bool ? o->dtype != TPU_DTYPE_BOOL : !ints && o->dtype != cm) || k == EW_F64 ||
+    /* Integer computes store any out dtype; float ones only common's. */
+    if ((to_bool ? o->dtype != TPU_DTYPE_BOOL : !ints && o->dtype != cm) ||
         !tpu_k_is_aligned(a) || !tpu_k_is_aligned(o) || !tpu_k_is_dense(o) ||
         !tpu_k_same_layout(a, o))
         return false;
     tpu_k_span_init(s, op, unary_span_run);
-    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm, to_bool, ints};
+    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm, to_bool, ints, k == EW_F64};
     memcpy(s->state, &u, sizeof u);
     return true;
 }
