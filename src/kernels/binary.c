@@ -877,8 +877,54 @@ static void int_cmp_chunk(tpu_binary_fn fn, uint8_t *o, const int64_t *xs, int64
  * through int64, results wrapped to common and stored in out's dtype (or
  * compared into a bool out). `scalar` is the record's scalar operand in
  * the compute type, used for b when b.p is NULL. */
+/* Bool operands into a bool out (masks): bytes read as != 0 and written
+ * 0 or 1, with no staging; the functions as int_chunk's bool loops and
+ * BIN_TO_BOOL compute them. False for other dtypes. */
+static bool bool_bytes_run(const bin_ctx *c, bool to_bool, uint8_t *o, tpu_dtype odt, run_in a,
+                           run_in b, int64_t scalar, int64_t n) {
+    if (odt != TPU_DTYPE_BOOL || a.dt != TPU_DTYPE_BOOL || (b.p != NULL && b.dt != TPU_DTYPE_BOOL) ||
+        (!to_bool && c->common != TPU_DTYPE_BOOL))
+        return false;
+    const uint8_t *x = (const uint8_t *)a.p;
+    const uint8_t *y = b.p != NULL ? (const uint8_t *)b.p : NULL;
+    const uint8_t ys0 = (uint8_t)(scalar != 0);
+    const int64_t xs = a.step, ys = y != NULL ? b.step : 0;
+    if (y == NULL)
+        y = &ys0;
+    tpu_binary_fn fn = c->fn;
+    if (!to_bool) /* bin_bool's functions as their compare twins on 0/1 */
+        fn = fn == TPU_BINARY_ADD ? (c->alpha.i != 0 ? TPU_BINARY_LOGICAL_OR : TPU_BINARY_COUNT)
+             : fn == TPU_BINARY_MAXIMUM || fn == TPU_BINARY_FMAX || fn == TPU_BINARY_BITWISE_OR ||
+                     fn == TPU_BINARY_HEAVISIDE
+                 ? TPU_BINARY_LOGICAL_OR
+             : fn == TPU_BINARY_BITWISE_XOR ? TPU_BINARY_LOGICAL_XOR
+                                            : TPU_BINARY_LOGICAL_AND;
+#define BYTE_LOOP(expr)                                                                            \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        const uint8_t p = x[i * xs] != 0, q = y[i * ys] != 0;                                      \
+        (void)q;                                                                                   \
+        o[i] = (uint8_t)(expr);                                                                    \
+    }                                                                                              \
+    return true
+    switch (fn) {
+    case TPU_BINARY_COUNT: BYTE_LOOP(p); /* add with alpha 0: a */
+    case TPU_BINARY_EQ: BYTE_LOOP(p == q);
+    case TPU_BINARY_NE:
+    case TPU_BINARY_LOGICAL_XOR: BYTE_LOOP(p != q);
+    case TPU_BINARY_LT: BYTE_LOOP(p < q);
+    case TPU_BINARY_LE: BYTE_LOOP(p <= q);
+    case TPU_BINARY_GT: BYTE_LOOP(p > q);
+    case TPU_BINARY_GE: BYTE_LOOP(p >= q);
+    case TPU_BINARY_LOGICAL_OR: BYTE_LOOP(p | q);
+    default: BYTE_LOOP(p & q); /* LOGICAL_AND */
+    }
+#undef BYTE_LOOP
+}
+
 static void int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run_in a, run_in b,
                     int64_t scalar, int64_t n) {
+    if (bool_bytes_run(c, to_bool, (uint8_t *)po, odt, a, b, scalar, n))
+        return;
     int64_t abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     const int64_t es = (int64_t)tpu_dtype_size(odt);
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {

@@ -570,6 +570,15 @@ static void int_span_run(const tpu_op_span *s, const unary_span_state *u, char *
     const tpu_dtype cm = u->common, odt = s->op->out.dtype;
     const tpu_scalar *args = s->op->p.ew.args;
     const bool is_bool = tpu_k_ew_compute_of(cm) == EW_BOOL;
+    if (u->in_dt == TPU_DTYPE_BOOL && odt == TPU_DTYPE_BOOL &&
+        (u->fn == TPU_UNARY_LOGICAL_NOT || (is_bool && u->fn == TPU_UNARY_BITWISE_NOT))) {
+        /* A mask's not, byte for byte (un_bool's !x, un_to_bool's x == 0). */
+        const uint8_t *x = (const uint8_t *)in;
+        uint8_t *o = (uint8_t *)out;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] == 0;
+        return;
+    }
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
         int64_t len = n - off < TPU_K_EW_CHUNK ? n - off : TPU_K_EW_CHUNK;
         const int64_t *x = tpu_k_ew_stage_i64(in + off * s->in_size[0], u->in_dt, 1, len, cm, xbuf);
