@@ -1,7 +1,8 @@
 # The torch-tpu C library and its unit tests. No PyTorch needed.
 #
 #   make            build build/c/libtpu.a and every test binary
-#   make test       run every test (TORCH_TPU_CHIPS=2, so multi-chip paths run)
+#   make test       run every test (TORCH_TPU_CHIPS=2, so multi-chip paths run),
+#                   TEST_JOBS (2) at a time
 #   make sanitize   the same under AddressSanitizer and UBSan, in build/c-san
 #   make clean
 
@@ -40,14 +41,18 @@ $(BUILD)/bin/%: tests/c/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -Itests/c -Isrc/kernels -Isrc/fuse $< $(LIB) $(LDFLAGS) $(LDLIBS) -o $@
 
-# Runs every test even if one fails, then fails if any did.
+# Runs every test even if one fails, then fails if any did: TEST_JOBS
+# binaries at a time (the longest first, so they overlap the rest), each
+# one's output kept in its .log and shown whole if it failed, else its
+# last line.
+TEST_JOBS ?= 2
+TEST_FIRST := $(filter %/test_kernels_attention %/test_kernels_vecmath,$(TEST_BINS))
+TEST_ORDER := $(TEST_FIRST) $(filter-out $(TEST_FIRST),$(TEST_BINS))
 test: all
-	@failed=""; \
-	for t in $(TEST_BINS); do \
-	    echo "== $$t"; \
-	    TORCH_TPU_CHIPS=2 ./$$t || failed="$$failed $$t"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "FAILED:$$failed"; exit 1; fi
+	@printf '%s\n' $(TEST_ORDER) | xargs -P $(TEST_JOBS) -I{} sh -c \
+	    'if TORCH_TPU_CHIPS=2 ./{} > {}.log 2>&1; then echo "== {}: $$(tail -n 1 {}.log)"; \
+	     else cat {}.log; echo "== {}: FAILED"; exit 1; fi' \
+	    || { echo "FAILED: see the == lines above"; exit 1; }
 
 sanitize:
 	$(MAKE) test BUILD=build/c-san OPT= EXTRA_CFLAGS="$(SAN_FLAGS)" EXTRA_LDFLAGS="$(SAN_FLAGS)"

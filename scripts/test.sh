@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 . .venv/bin/activate
-make -s test
-make -s sanitize
+make -s -j2 test
+make -s -j2 sanitize
 python -m pytest -q tests "$@"
 python -m pytest -q tests --tpu-mode=fused "$@"
