@@ -921,9 +921,74 @@ static bool bool_bytes_run(const bin_ctx *c, bool to_bool, uint8_t *o, tpu_dtype
 #undef BYTE_LOOP
 }
 
+/* Integer operands, common and out all of one integer dtype T (an index
+ * tensor's arithmetic, a uint8 image's compare): the functions that wrap
+ * in T's own width (add, sub, mul, the bitwise ones: their low bits do
+ * not depend on the width they are computed in, so T's unsigned type
+ * gives the reference's wrapped results) and the compares, without
+ * staging. False for other records. */
+#define SAME_INT_LOOP(expr)                                                                        \
+    for (int64_t i = 0; i < n; i++) {                                                              \
+        const same_ut x = (same_ut)xs[i * as], y = (same_ut)ys[i * bs];                            \
+        (void)x, (void)y;                                                                          \
+        os[i] = (expr);                                                                            \
+    }                                                                                              \
+    return true
+#define SAME_INT_CMP(OP)                                                                           \
+    for (int64_t i = 0; i < n; i++)                                                                \
+        ob[i] = (uint8_t)(xs[i * as] OP ys[i * bs]);                                               \
+    return true
+#define SAME_INT_BODY(T, UT)                                                                       \
+    {                                                                                              \
+        typedef UT same_ut;                                                                        \
+        const T sv = (T)scalar;                                                                    \
+        const T *xs = (const T *)a.p, *ys = b.p != NULL ? (const T *)b.p : &sv;                    \
+        const int64_t as = a.step, bs = b.p != NULL ? b.step : 0;                                  \
+        T *os = (T *)po;                                                                           \
+        uint8_t *ob = (uint8_t *)po;                                                               \
+        const UT al = (UT)(uint64_t)c->alpha.i;                                                    \
+        (void)os, (void)ob, (void)al;                                                              \
+        switch (c->fn) {                                                                           \
+        case TPU_BINARY_EQ: SAME_INT_CMP(==);                                                      \
+        case TPU_BINARY_NE: SAME_INT_CMP(!=);                                                      \
+        case TPU_BINARY_LT: SAME_INT_CMP(<);                                                       \
+        case TPU_BINARY_LE: SAME_INT_CMP(<=);                                                      \
+        case TPU_BINARY_GT: SAME_INT_CMP(>);                                                       \
+        case TPU_BINARY_GE: SAME_INT_CMP(>=);                                                      \
+        case TPU_BINARY_ADD: SAME_INT_LOOP((T)(UT)(x + (UT)(al * y)));                             \
+        case TPU_BINARY_SUB: SAME_INT_LOOP((T)(UT)(x - (UT)(al * y)));                             \
+        case TPU_BINARY_MUL: SAME_INT_LOOP((T)(UT)(x * y));                                        \
+        case TPU_BINARY_BITWISE_AND: SAME_INT_LOOP((T)(UT)(x & y));                                \
+        case TPU_BINARY_BITWISE_OR: SAME_INT_LOOP((T)(UT)(x | y));                                 \
+        case TPU_BINARY_BITWISE_XOR: SAME_INT_LOOP((T)(UT)(x ^ y));                                \
+        default: return false;                                                                     \
+        }                                                                                          \
+    }
+
+static bool same_int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run_in a, run_in b,
+                         int64_t scalar, int64_t n) {
+    const tpu_dtype cm = c->common;
+    if (a.dt != cm || (b.p != NULL && b.dt != cm) || odt != (to_bool ? TPU_DTYPE_BOOL : cm))
+        return false;
+    if (to_bool && (c->fn < TPU_BINARY_EQ || c->fn > TPU_BINARY_GE))
+        return false; /* the logical functions: int_run's compares */
+    switch (cm) {
+    case TPU_DTYPE_I8: SAME_INT_BODY(int8_t, uint8_t)
+    case TPU_DTYPE_U8: SAME_INT_BODY(uint8_t, uint8_t)
+    case TPU_DTYPE_I16: SAME_INT_BODY(int16_t, uint16_t)
+    case TPU_DTYPE_I32: SAME_INT_BODY(int32_t, uint32_t)
+    case TPU_DTYPE_I64: SAME_INT_BODY(int64_t, uint64_t)
+    default: return false;
+    }
+}
+#undef SAME_INT_BODY
+#undef SAME_INT_CMP
+#undef SAME_INT_LOOP
+
 static void int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run_in a, run_in b,
                     int64_t scalar, int64_t n) {
-    if (bool_bytes_run(c, to_bool, (uint8_t *)po, odt, a, b, scalar, n))
+    if (bool_bytes_run(c, to_bool, (uint8_t *)po, odt, a, b, scalar, n) ||
+        same_int_run(c, to_bool, po, odt, a, b, scalar, n))
         return;
     int64_t abuf[TPU_K_EW_CHUNK], bbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     const int64_t es = (int64_t)tpu_dtype_size(odt);
