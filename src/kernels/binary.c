@@ -899,11 +899,21 @@ static bool bool_bytes_run(const bin_ctx *c, bool to_bool, uint8_t *o, tpu_dtype
                  ? TPU_BINARY_LOGICAL_OR
              : fn == TPU_BINARY_BITWISE_XOR ? TPU_BINARY_LOGICAL_XOR
                                             : TPU_BINARY_LOGICAL_AND;
-#define BYTE_LOOP(expr)                                                                            \
+/* Unit steps and a broadcast second operand get loops of their own, so
+ * that the compiler vectorises them (a step it cannot see defeats it). */
+#define BYTE_LOOP_STEPS(expr, XS, YS)                                                              \
     for (int64_t i = 0; i < n; i++) {                                                              \
-        const uint8_t p = x[i * xs] != 0, q = y[i * ys] != 0;                                      \
+        const uint8_t p = x[i * (XS)] != 0, q = y[i * (YS)] != 0;                                  \
         (void)q;                                                                                   \
         o[i] = (uint8_t)(expr);                                                                    \
+    }
+#define BYTE_LOOP(expr)                                                                            \
+    if (xs == 1 && ys == 1) {                                                                      \
+        BYTE_LOOP_STEPS(expr, 1, 1)                                                                \
+    } else if (xs == 1 && ys == 0) {                                                               \
+        BYTE_LOOP_STEPS(expr, 1, 0)                                                                \
+    } else {                                                                                       \
+        BYTE_LOOP_STEPS(expr, xs, ys)                                                              \
     }                                                                                              \
     return true
     switch (fn) {
@@ -919,6 +929,7 @@ static bool bool_bytes_run(const bin_ctx *c, bool to_bool, uint8_t *o, tpu_dtype
     default: BYTE_LOOP(p & q); /* LOGICAL_AND */
     }
 #undef BYTE_LOOP
+#undef BYTE_LOOP_STEPS
 }
 
 /* Integer operands, common and out all of one integer dtype T (an index
@@ -927,16 +938,32 @@ static bool bool_bytes_run(const bin_ctx *c, bool to_bool, uint8_t *o, tpu_dtype
  * not depend on the width they are computed in, so T's unsigned type
  * gives the reference's wrapped results) and the compares, without
  * staging. False for other records. */
-#define SAME_INT_LOOP(expr)                                                                        \
+#define SAME_INT_STEPS(expr, AS, BS)                                                               \
     for (int64_t i = 0; i < n; i++) {                                                              \
-        const same_ut x = (same_ut)xs[i * as], y = (same_ut)ys[i * bs];                            \
+        const same_ut x = (same_ut)xs[i * (AS)], y = (same_ut)ys[i * (BS)];                        \
         (void)x, (void)y;                                                                          \
         os[i] = (expr);                                                                            \
+    }
+#define SAME_INT_LOOP(expr)                                                                        \
+    if (as == 1 && bs == 1) {                                                                      \
+        SAME_INT_STEPS(expr, 1, 1)                                                                 \
+    } else if (as == 1 && bs == 0) {                                                               \
+        SAME_INT_STEPS(expr, 1, 0)                                                                 \
+    } else {                                                                                       \
+        SAME_INT_STEPS(expr, as, bs)                                                               \
     }                                                                                              \
     return true
-#define SAME_INT_CMP(OP)                                                                           \
+#define SAME_INT_CMP_STEPS(OP, AS, BS)                                                             \
     for (int64_t i = 0; i < n; i++)                                                                \
-        ob[i] = (uint8_t)(xs[i * as] OP ys[i * bs]);                                               \
+        ob[i] = (uint8_t)(xs[i * (AS)] OP ys[i * (BS)]);
+#define SAME_INT_CMP(OP)                                                                           \
+    if (as == 1 && bs == 1) {                                                                      \
+        SAME_INT_CMP_STEPS(OP, 1, 1)                                                               \
+    } else if (as == 1 && bs == 0) {                                                               \
+        SAME_INT_CMP_STEPS(OP, 1, 0)                                                               \
+    } else {                                                                                       \
+        SAME_INT_CMP_STEPS(OP, as, bs)                                                             \
+    }                                                                                              \
     return true
 #define SAME_INT_BODY(T, UT)                                                                       \
     {                                                                                              \
@@ -983,7 +1010,9 @@ static bool same_int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt
 }
 #undef SAME_INT_BODY
 #undef SAME_INT_CMP
+#undef SAME_INT_CMP_STEPS
 #undef SAME_INT_LOOP
+#undef SAME_INT_STEPS
 
 static void int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run_in a, run_in b,
                     int64_t scalar, int64_t n) {
