@@ -882,8 +882,10 @@ static void int_cmp_chunk(tpu_binary_fn fn, uint8_t *o, const int64_t *xs, int64
  * BIN_TO_BOOL compute them. False for other dtypes. */
 static bool bool_bytes_run(const bin_ctx *c, bool to_bool, uint8_t *o, tpu_dtype odt, run_in a,
                            run_in b, int64_t scalar, int64_t n) {
+    /* The common dtype too: a bool tensor compared with the scalar 2
+     * computes in int64, where 2 is not true. */
     if (odt != TPU_DTYPE_BOOL || a.dt != TPU_DTYPE_BOOL || (b.p != NULL && b.dt != TPU_DTYPE_BOOL) ||
-        (!to_bool && c->common != TPU_DTYPE_BOOL))
+        c->common != TPU_DTYPE_BOOL)
         return false;
     const uint8_t *x = (const uint8_t *)a.p;
     const uint8_t *y = b.p != NULL ? (const uint8_t *)b.p : NULL;

@@ -1746,6 +1746,13 @@ static void w_not_u8_f32(const tpu_op *op, int64_t e, ex *x) {
     x->i = t_read_i(t_at(&op->in[0], e), U8) == 0;
 }
 
+/* eq / lt of a bool tensor against the scalar 2 with common int64 (as
+ * PyTorch promotes them): true is 1, never 2. */
+static void w_eq_bool_i64(const tpu_op *op, int64_t e, ex *x) {
+    int64_t a = t_read_i(t_at(&op->in[0], e), BOOL) != 0, b = op->p.ew.other.i;
+    x->i = op->fn == TPU_BINARY_EQ ? a == b : a < b;
+}
+
 static void test_mixed(void) {
     static const double fv[] = {1e6, 3.0, 0.1, 0.2, 65519.0, 1.0, 2049.0, 1.0, -1e-8, 1e-8};
     run_mixed("add f32 + f16 -> common f16 -> out f32", true, TPU_BINARY_ADD, F16, F32, F32, F16,
@@ -1792,6 +1799,10 @@ static void test_mixed(void) {
               false, LY_CONTIG, 0, 0, w_isneginf_i32, NULL, NULL, 0);
     run_mixed("logical_not u8 through common f32", false, TPU_UNARY_LOGICAL_NOT, F32, BOOL, U8, U8, 1,
               false, LY_CONTIG, 0, 0, w_not_u8_f32, NULL, NULL, 0);
+    run_mixed("eq bool == scalar 2, common i64", true, TPU_BINARY_EQ, I64, BOOL, BOOL, BOOL, 1, false,
+              LY_CONTIG, 2, 2, w_eq_bool_i64, NULL, NULL, 0);
+    run_mixed("lt bool < scalar 2, common i64", true, TPU_BINARY_LT, I64, BOOL, BOOL, BOOL, 1, false,
+              LY_CONTIG, 2, 2, w_eq_bool_i64, NULL, NULL, 0);
     /* The scalar operand of an integer op is converted to the common
      * dtype like a tensor operand: 200 is -56 as i8. */
     run_mixed("maximum i8 with scalar 200 (wraps to -56)", true, TPU_BINARY_MAXIMUM, I8, I8, I8, I8, 1,
