@@ -617,6 +617,37 @@ static void gather_run(char *dst, const char *src, int64_t step, int64_t n, size
     }
 }
 
+/* What run_rows hands each row: the record, its row run, and per input
+ * the step along the row and whether it is gathered. */
+typedef struct {
+    const tpu_op *op;
+    const tpu_op_span *s;
+    int64_t inner[3];
+    bool gather[3], any_gather;
+} row_walk;
+
+/* Computes `run` elements of one row whose first element is at element
+ * offsets off[0] (out) and off[1 + k] (input k): in place, or, with an
+ * input to gather, in chunks of TPU_K_EW_CHUNK. */
+static void row_run(const row_walk *w, const int64_t *off, int64_t run) {
+    _Alignas(64) char buf[3][TPU_K_EW_CHUNK * 8];
+    const tpu_op *op = w->op;
+    char *po = tpu_k_ptr(&op->out, off[0]);
+    for (int64_t at = 0, len; at < run; at += len) {
+        len = w->any_gather && run - at > TPU_K_EW_CHUNK ? TPU_K_EW_CHUNK : run - at;
+        const char *in[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < op->n_in; k++) {
+            const char *p = tpu_k_ptr(&op->in[k], off[1 + k] + at * w->inner[k]);
+            if (w->gather[k]) {
+                gather_run(buf[k], p, w->inner[k], len, (size_t)w->s->in_size[k]);
+                p = buf[k];
+            }
+            in[k] = p;
+        }
+        w->s->run(w->s, po + at * w->s->out_size, in, len);
+    }
+}
+
 /* Share ith of nth of an element-wise record with no flat run, by rows of
  * its coalesced shape (a row or column broadcast, a transposed operand, a
  * strided view): out must be contiguous along the last dim; an input read
@@ -652,7 +683,22 @@ static bool run_rows(const tpu_op *op, int ith, int nth) {
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
     if (start >= end)
         return true;
-    _Alignas(64) char buf[3][TPU_K_EW_CHUNK * 8];
+    row_walk w = {op, &s, {inner[0], inner[1], inner[2]}, {gather[0], gather[1], gather[2]}, any_gather};
+    if (sh.ndim <= 2) {
+        /* One or two dims (most broadcasts coalesce to [rows, cols]): the
+         * rows by their strides, without the iterator's calls per row. */
+        const int64_t cols = sh.sizes[last];
+        for (int64_t i = start; i < end;) {
+            const int64_t r = i / cols, c = i % cols;
+            const int64_t run = end - i < cols - c ? end - i : cols - c;
+            int64_t off[4];
+            for (int k = 0; k <= n_in; k++)
+                off[k] = (last > 0 ? r * sh.strides[k][0] : 0) + c * sh.strides[k][last];
+            row_run(&w, off, run);
+            i += run;
+        }
+        return true;
+    }
     const int64_t *cs[4] = {sh.strides[0], sh.strides[1], sh.strides[2], sh.strides[3]};
     tpu_k_iter it;
     tpu_k_iter_init(&it, sh.ndim, sh.sizes, 1 + n_in, cs, start);
@@ -660,20 +706,7 @@ static bool run_rows(const tpu_op *op, int ith, int nth) {
         int64_t run = tpu_k_iter_row_left(&it);
         if (run > end - i)
             run = end - i;
-        char *po = tpu_k_ptr(o, it.off[0]);
-        for (int64_t off = 0, len; off < run; off += len) {
-            len = any_gather && run - off > TPU_K_EW_CHUNK ? TPU_K_EW_CHUNK : run - off;
-            const char *in[3] = {NULL, NULL, NULL};
-            for (int k = 0; k < n_in; k++) {
-                const char *p = tpu_k_ptr(&op->in[k], it.off[1 + k] + off * inner[k]);
-                if (gather[k]) {
-                    gather_run(buf[k], p, inner[k], len, (size_t)s.in_size[k]);
-                    p = buf[k];
-                }
-                in[k] = p;
-            }
-            s.run(&s, po + off * s.out_size, in, len);
-        }
+        row_run(&w, it.off, run);
         tpu_k_iter_advance_in_row(&it, run);
         i += run;
     }
