@@ -764,11 +764,6 @@ static void mixed_run(const bin_ctx *c, char *po, run_in a, run_in b, bool b_raw
     }
 }
 
-/* True if out can be written by the run loops: f32/f16/bf16, aligned. */
-static bool run_dtype_ok(const tpu_tensor *t) {
-    return tpu_k_cvt_supported(t->dtype) && tpu_k_is_aligned(t);
-}
-
 /* The -> bool functions over a flat run of f32 values (steps 1 or 0),
  * the function chosen once per chunk. */
 #define CMP_LOOP(expr)                                                                             \
@@ -873,10 +868,6 @@ static void int_cmp_chunk(tpu_binary_fn fn, uint8_t *o, const int64_t *xs, int64
     }
 }
 
-/* n elements of an integer- or bool-computed record: inputs staged
- * through int64, results wrapped to common and stored in out's dtype (or
- * compared into a bool out). `scalar` is the record's scalar operand in
- * the compute type, used for b when b.p is NULL. */
 /* Bool operands into a bool out (masks): bytes read as != 0 and written
  * 0 or 1, with no staging; the functions as int_chunk's bool loops and
  * BIN_TO_BOOL compute them. False for other dtypes. */
@@ -1016,6 +1007,11 @@ static bool same_int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt
 #undef SAME_INT_LOOP
 #undef SAME_INT_STEPS
 
+/* n elements of an integer- or bool-computed record: bool masks and
+ * same-width integers in their own loops, else inputs staged through
+ * int64, results wrapped to common and stored in out's dtype (or compared
+ * into a bool out). `scalar` is the record's scalar operand in the
+ * compute type, used for b when b.p is NULL. */
 static void int_run(const bin_ctx *c, bool to_bool, char *po, tpu_dtype odt, run_in a, run_in b,
                     int64_t scalar, int64_t n) {
     if (bool_bytes_run(c, to_bool, (uint8_t *)po, odt, a, b, scalar, n) ||
@@ -1084,16 +1080,14 @@ static void f64_run(const bin_ctx *c, bool to_bool, char *po, run_in a, run_in b
 
 /* The flat run: out dense and each input laid out like it or one value.
  * Comparisons and logical functions into a bool out go through cmp_flat,
- * float-result functions with out in the common dtype through mixed_run,
+ * float-result functions with out in the common dtype through mixed_run;
  * integer and bool computes through int_run, the f64 compute through
- * f64_run. */
+ * f64_run (the compute type of the common dtype picks the run). */
 typedef struct {
     bin_ctx c;
     float other; /* the record's scalar operand, as the reference reads it */
     bool cmp;    /* a -> bool function */
     bool b_raw;  /* b is read in its own dtype (b_opmath, or the scalar) */
-    bool ints;   /* integer or bool compute: int_run */
-    bool f64;    /* f64 compute: f64_run */
     tpu_dtype a_dt, b_dt;
 } binary_span_state;
 TPU_K_SPAN_STATE_FITS(binary_span_state);
@@ -1103,17 +1097,17 @@ static void binary_span_run(const tpu_op_span *s, char *out, const char *const *
     memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
     const binary_span_state *st = &state;
     const run_in a = {in[0], st->a_dt, s->step[0]};
-    if (st->ints) {
-        const tpu_dtype cm = st->c.common;
+    const tpu_dtype cm = st->c.common;
+    const tpu_k_ew_compute k = tpu_k_ew_compute_of(cm);
+    if (k != EW_F32) {
+        /* b the tensor, or NULL for the record's scalar (in the compute type). */
+        const run_in b = {s->n_in == 2 ? in[1] : NULL, st->b_dt, s->step[1]};
         const tpu_scalar other = s->op->p.ew.other;
-        const int64_t scalar = cm == TPU_DTYPE_BOOL ? other.i != 0 : tpu_k_ew_wrap(other.i, cm);
-        const run_in b = {s->n_in == 2 ? in[1] : NULL, st->b_dt, s->step[1]};
-        int_run(&st->c, st->cmp, out, s->op->out.dtype, a, b, scalar, n);
-        return;
-    }
-    if (st->f64) {
-        const run_in b = {s->n_in == 2 ? in[1] : NULL, st->b_dt, s->step[1]};
-        f64_run(&st->c, st->cmp, out, a, b, s->op->p.ew.other.f, n);
+        if (k == EW_F64)
+            f64_run(&st->c, st->cmp, out, a, b, other.f, n);
+        else
+            int_run(&st->c, st->cmp, out, s->op->out.dtype, a, b,
+                    k == EW_BOOL ? other.i != 0 : tpu_k_ew_wrap(other.i, cm), n);
         return;
     }
     const run_in b = s->n_in == 2 ? (run_in){in[1], st->b_dt, s->step[1]}
@@ -1124,6 +1118,13 @@ static void binary_span_run(const tpu_op_span *s, char *out, const char *const *
         mixed_run(&st->c, out, a, b, st->b_raw, n);
 }
 
+/* Whether out and every input are aligned to their element size (the
+ * runs read and write them as typed arrays). */
+static bool operands_aligned(const tpu_op *op) {
+    return tpu_k_is_aligned(&op->out) && tpu_k_is_aligned(&op->in[0]) &&
+           (op->n_in < 2 || tpu_k_is_aligned(&op->in[1]));
+}
+
 /* Whether the operands are ones the run loops read: an f32-computed
  * common dtype, inputs of any dtype (aligned; staged through f32 like the
  * reference loads them: a dropout's bool mask, an integer count), and a
@@ -1131,10 +1132,10 @@ static void binary_span_run(const tpu_op_span *s, char *out, const char *const *
  * function into a bool out. */
 static bool run_operands_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
     const tpu_tensor *o = &op->out;
-    if (tpu_k_ew_compute_of(c->common) != EW_F32 || !tpu_k_is_aligned(&op->in[0]) ||
-        (op->n_in == 2 && !tpu_k_is_aligned(&op->in[1])))
+    if (tpu_k_ew_compute_of(c->common) != EW_F32 || !operands_aligned(op))
         return false;
-    return to_bool ? o->dtype == TPU_DTYPE_BOOL : o->dtype == c->common && run_dtype_ok(o);
+    return to_bool ? o->dtype == TPU_DTYPE_BOOL
+                   : o->dtype == c->common && tpu_k_cvt_supported(o->dtype);
 }
 
 /* Whether int_run takes the record: an integer or bool compute, aligned
@@ -1142,8 +1143,7 @@ static bool run_operands_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
  * functions. */
 static bool int_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
     const tpu_k_ew_compute k = tpu_k_ew_compute_of(c->common);
-    if ((k != EW_I64 && k != EW_BOOL) || !tpu_k_is_aligned(&op->out) ||
-        !tpu_k_is_aligned(&op->in[0]) || (op->n_in == 2 && !tpu_k_is_aligned(&op->in[1])))
+    if ((k != EW_I64 && k != EW_BOOL) || !operands_aligned(op))
         return false;
     if (to_bool)
         return op->out.dtype == TPU_DTYPE_BOOL;
@@ -1154,9 +1154,7 @@ static bool int_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
  * out f64 (bool for the -> bool functions). */
 static bool f64_span_ok(const tpu_op *op, const bin_ctx *c, bool to_bool) {
     return tpu_k_ew_compute_of(c->common) == EW_F64 &&
-           op->out.dtype == (to_bool ? TPU_DTYPE_BOOL : TPU_DTYPE_F64) &&
-           tpu_k_is_aligned(&op->out) && tpu_k_is_aligned(&op->in[0]) &&
-           (op->n_in < 2 || tpu_k_is_aligned(&op->in[1]));
+           op->out.dtype == (to_bool ? TPU_DTYPE_BOOL : TPU_DTYPE_F64) && operands_aligned(op);
 }
 
 bool tpu_k_binary_row_span(const tpu_op *op, tpu_op_span *s) {
@@ -1164,15 +1162,14 @@ bool tpu_k_binary_row_span(const tpu_op *op, tpu_op_span *s) {
     if (row == NULL)
         return false;
     const bin_ctx c = bin_ctx_of(op);
-    const bool ints = int_span_ok(op, &c, row->to_bool);
-    const bool f64 = !ints && f64_span_ok(op, &c, row->to_bool);
-    if (!ints && !f64 && !run_operands_ok(op, &c, row->to_bool))
+    if (!int_span_ok(op, &c, row->to_bool) && !f64_span_ok(op, &c, row->to_bool) &&
+        !run_operands_ok(op, &c, row->to_bool))
         return false;
     tpu_k_span_init(s, op, binary_span_run);
     const bool b_raw = op->p.ew.b_opmath;
     binary_span_state st = {
         c, b_raw ? (float)op->p.ew.other.f : tpu_k_round_to((float)op->p.ew.other.f, c.common),
-        row->to_bool, b_raw || op->n_in == 1, ints, f64, op->in[0].dtype,
+        row->to_bool, b_raw || op->n_in == 1, op->in[0].dtype,
         op->n_in == 2 ? op->in[1].dtype : TPU_DTYPE_F32};
     memcpy(s->state, &st, sizeof st);
     return true;

@@ -44,16 +44,6 @@ static int64_t reduced_count(const tpu_op *op) {
     return r;
 }
 
-/* Turns a float sum over `count` elements (of |x| or x * x for the
- * summed norms, sum_kind) into the op's result. */
-static double finish_f64(const tpu_op *op, double sum, int64_t count) {
-    if (op->fn == TPU_REDUCE_MEAN)
-        return count > 0 ? sum / (double)count : NAN;
-    if (op->fn == TPU_REDUCE_NORM && op->p.reduce.ord == 2.0)
-        return sqrt(sum);
-    return sum;
-}
-
 /* What the lane sums add per element: SUM and MEAN the value, NORM of
  * order 1 its magnitude, of order 2 its square (exact in f64, as the
  * reference's a * a). */
@@ -67,6 +57,14 @@ static sum_kind sum_kind_of(const tpu_op *op) {
     if (op->fn == TPU_REDUCE_NORM && op->p.reduce.ord == 2.0)
         return SUM_SQUARE;
     return SUM_NONE;
+}
+
+/* Turns a float sum over `count` elements (of |x| or x * x for the
+ * summed norms) into the op's result. */
+static double finish_f64(const tpu_op *op, double sum, int64_t count) {
+    if (op->fn == TPU_REDUCE_MEAN)
+        return count > 0 ? sum / (double)count : NAN;
+    return sum_kind_of(op) == SUM_SQUARE ? sqrt(sum) : sum;
 }
 
 static inline double sum_term(sum_kind k, double v) {

@@ -535,8 +535,6 @@ typedef struct {
     tpu_unary_fn fn;
     tpu_dtype in_dt, common;
     bool to_bool;
-    bool ints; /* integer or bool compute: int_span_run */
-    bool f64;  /* f64 compute: f64_span_run */
 } unary_span_state;
 TPU_K_SPAN_STATE_FITS(unary_span_state);
 
@@ -606,13 +604,11 @@ static void unary_span_run(const tpu_op_span *s, char *out, const char *const *i
     unary_span_state state;
     memcpy(&state, s->state, sizeof state); /* not through a cast: uint64_t storage */
     const unary_span_state *u = &state;
-    if (u->ints) {
-        int_span_run(s, u, out, in[0], n);
-        return;
-    }
-    if (u->f64) {
-        f64_span_run(s, u, out, in[0], n);
-        return;
+    switch (tpu_k_ew_compute_of(u->common)) { /* the compute type picks the run */
+    case EW_I64:
+    case EW_BOOL: int_span_run(s, u, out, in[0], n); return;
+    case EW_F64: f64_span_run(s, u, out, in[0], n); return;
+    case EW_F32: break;
     }
     float xbuf[TPU_K_EW_CHUNK], obuf[TPU_K_EW_CHUNK];
     for (int64_t off = 0; off < n; off += TPU_K_EW_CHUNK) {
@@ -633,10 +629,10 @@ static void unary_span_run(const tpu_op_span *s, char *out, const char *const *i
 
 /* The fast path (op_table.c runs it; the rest goes to the reference): a
  * float common dtype (f32/f16/bf16 computed in f32, or f64) with out in
- * the common dtype, or an integer or bool compute with out of any dtype; out bool for the
- * -> bool functions; the input of any dtype; all aligned, input and out
- * dense with the same layout (a contiguous tensor, or out allocated like
- * its input). */
+ * the common dtype, or an integer or bool compute with out of any dtype;
+ * out bool for the -> bool functions; the input of any dtype; all
+ * aligned, input and out dense with the same layout (a contiguous tensor,
+ * or out allocated like its input). */
 bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
     const tpu_tensor *o = &op->out, *a = &op->in[0];
     const tpu_dtype cm = op->p.ew.common;
@@ -651,7 +647,7 @@ bool tpu_k_unary_span(const tpu_op *op, tpu_op_span *s) {
         !tpu_k_same_layout(a, o))
         return false;
     tpu_k_span_init(s, op, unary_span_run);
-    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm, to_bool, ints, k == EW_F64};
+    unary_span_state u = {(tpu_unary_fn)op->fn, a->dtype, cm, to_bool};
     memcpy(s->state, &u, sizeof u);
     return true;
 }
