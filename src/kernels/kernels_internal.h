@@ -201,8 +201,9 @@ tpu_status tpu_k_softmax_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth);
 
-/* Split reductions (reduce.c): a float SUM/MEAN over contiguous, aligned
- * trailing dims into few outputs, each output's run cut into fixed chunks.
+/* Split reductions (reduce.c): a float SUM/MEAN/NORM, or a pick (AMAX ...
+ * ARGMIN) of f32, over contiguous, aligned trailing dims into few
+ * outputs, each output's run cut into fixed chunks.
  * tpu_k_reduce_split_chunks gives the chunks per output (0: not split; it
  * depends on the record only); tpu_k_reduce_split runs phase 0 (chunk
  * sums into op->scratch) or phase 1 (chunks combined in order), in both

@@ -311,6 +311,74 @@ static void test_reductions(void) {
     }
 }
 
+/* The picks of long f32 rows, where the fast path's vector loops run
+ * (an extreme, then the first element equal to it or the first NaN) and,
+ * past 2^17 elements into few outputs, the split into chunks: the
+ * extreme twice (the first must win), +0 and -0 tied in either order,
+ * NaNs of two payloads after the extreme, all NaN, infinities; at lengths
+ * around the vector widths and across the split's chunks. */
+static float pick_pattern(int pattern, int64_t r, int64_t i, int64_t len) {
+    int64_t a = (len / 3 + r * 5) % len, b = len - 1 - r % 2;
+    if (b < 0)
+        b = 0;
+    float base = -(float)((i * 7919 + r * 31) % 1000) - 1.0f; /* in [-1000, -1] */
+    float nan1, nan2;
+    uint32_t q1 = 0x7fc00001u, q2 = 0xffc00002u;
+    memcpy(&nan1, &q1, 4);
+    memcpy(&nan2, &q2, 4);
+    switch (pattern) {
+    case 0: return base;
+    case 1: return i == a || i == b ? 5.0f : i == len / 2 ? -5000.0f : base; /* tied max */
+    case 2: return i == a ? 0.0f : i == b ? -0.0f : base;                      /* +0 first */
+    case 3: return i == a ? -0.0f : i == b ? 0.0f : i == 0 ? -2000.0f : base; /* -0 first */
+    case 4: return i == b ? nan1 : i == a ? 7.0f : base;                      /* NaN last */
+    case 5: return i == a ? nan2 : i == b ? nan1 : base;                       /* two NaNs */
+    case 6: return nan1;
+    case 7: return -INFINITY;
+    default: return i == a ? INFINITY : i == b ? -INFINITY : base;
+    }
+}
+
+static void test_picks_long_runs(void) {
+    static const int64_t lens[] = {1, 15, 16, 17, 63, 64, 65, 1000, 140000};
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++)
+        for (int pattern = 0; pattern <= 8; pattern++)
+            for (int64_t rows = 1; rows <= 3; rows += 2)
+                for (int fn = TPU_REDUCE_AMAX; fn <= TPU_REDUCE_ARGMIN; fn++) {
+                    int64_t len = lens[l], sizes[2] = {rows, len}, osizes[2] = {rows, 1};
+                    bool arg = fn == TPU_REDUCE_ARGMAX || fn == TPU_REDUCE_ARGMIN;
+                    char what[160];
+                    snprintf(what, sizeof what, "%s f32 rows %lld x %lld pattern %d",
+                             k_red_names[fn], (long long)rows, (long long)len, pattern);
+                    fbuf in, out;
+                    fb_make(&in, F32, 2, sizes, L_CONTIG);
+                    fb_make(&out, arg ? I64 : F32, 2, osizes, L_CONTIG);
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t i = 0; i < len; i++) {
+                            float v = pick_pattern(pattern, r, i, len);
+                            memcpy((float *)in.t.data + r * len + i, &v, 4);
+                        }
+                    tpu_op op;
+                    memset(&op, 0, sizeof op);
+                    op.code = TPU_OP_REDUCE;
+                    op.fn = fn;
+                    op.n_in = 1;
+                    op.out = out.t;
+                    op.in[0] = in.t;
+                    op.p.reduce.mask = 2;
+                    /* The long rows must take the split (two phases). */
+                    CHECK((tpu_op_phases(&op) == 2) == (len >= 2 * 65536));
+                    red_ctx ctx = {fn, what, &in, &out, 2};
+                    op_bufs bufs = {{&out}, 1, {&in}, 1};
+                    g_bad = 0;
+                    run_everywhere(&op, &bufs, verify_reduce, &ctx, what);
+                    CHECK(g_bad == 0);
+                    g_cases++;
+                    fb_free(&in);
+                    fb_free(&out);
+                }
+}
+
 /* Hand-made rows: ties, NaN positions, infinities. */
 static void reduce_known(void) {
     static const struct {
@@ -1117,6 +1185,7 @@ int main(void) {
     reduce_extent_one();
     norm_known();
     test_reductions();
+    test_picks_long_runs();
     test_norm();
     test_tri();
     test_integers();
