@@ -122,6 +122,64 @@ def test_reductions_match_cpu(fn, dtype):
     check(fn(x.transpose(0, 2)), fn(x.to("tpu").transpose(0, 2)))
 
 
+VARIANCES = [
+    lambda x: torch.var(x), lambda x: torch.std(x, 1), lambda x: torch.var(x, (0, 2), correction=0, keepdim=True),
+    lambda x: torch.std(x, -1, correction=2.5), lambda x: torch.var(x, 1, correction=40),
+    lambda x: torch.var(x, 1, unbiased=False), lambda x: torch.var_mean(x, -1)[0], lambda x: torch.var_mean(x, -1)[1],
+    lambda x: torch.std_mean(x, (1, 2), keepdim=True)[0], lambda x: torch.std_mean(x)[1],
+    lambda x: torch.var(x.transpose(0, 2), 1), lambda x: torch.std(x[:, ::2], 2),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("fn", VARIANCES)
+def test_var_std_match_cpu(fn, dtype):
+    """var/std and their _mean forms: one native record each (two passes in
+    f64), against the CPU's Welford loops."""
+    x = randn(4, 6, 40, dtype=dtype) * 3 + 1
+    check(fn(x), fn(x.to("tpu")))
+
+
+def test_var_std_long_rows_and_special_values():
+    # Values near 1000 with small spread (a one-pass sum of squares would
+    # cancel), long contiguous rows (the 16 lanes and their tail), NaN and
+    # infinities, an empty reduction, one element with Bessel's correction.
+    x = (1000 + randn(3, 10007, dtype=torch.float64) / 64).float()
+    t = x.to("tpu")
+    for fn in (lambda v: v.var(1), lambda v: v.std(), lambda v: v.var(0), lambda v: v.std(1, correction=0)):
+        torch.testing.assert_close(fn(t).cpu(), fn(x.double()).float(), rtol=1e-6, atol=0)
+    y = randn(5, 7)
+    y[1, 3] = float("nan")
+    y[2, 0] = float("inf")
+    y[3, 2], y[3, 5] = float("inf"), float("-inf")
+    check(y.var(1), y.to("tpu").var(1))
+    check(y.std(0), y.to("tpu").std(0))
+    e = torch.empty(3, 0)
+    one = randn(4, 1)
+    for v in (e, one):  # no degrees of freedom: NaN, with the CPU's warning
+        with pytest.warns(UserWarning, match="degrees of freedom"):
+            check(v.var(1), v.to("tpu").var(1))
+
+
+def test_var_std_out_and_errors():
+    x = randn(4, 5)
+    out = torch.empty(0, device="tpu")
+    torch.var(x.to("tpu"), 1, out=out)
+    check(torch.var(x, 1), out)
+    out = torch.empty(0, device="tpu")
+    torch.std(x.to("tpu"), 0, correction=0, keepdim=True, out=out)
+    check(torch.std(x, 0, correction=0, keepdim=True), out)
+    with pytest.raises(RuntimeError, match="floating"):
+        torch.var(torch.arange(6, device="tpu"))
+    with pytest.raises(IndexError):
+        torch.std(x.to("tpu"), 2)
+    g = randn(3, 8).requires_grad_()
+    gt = g.detach().to("tpu").requires_grad_()
+    g.std(1).sum().backward()
+    gt.std(1).sum().backward()
+    check(g.grad, gt.grad)
+
+
 def test_reductions_nan_and_first_index():
     x = torch.tensor([[1.0, float("nan"), 3.0, float("nan")], [2.0, 5.0, 5.0, -1.0]])
     t = x.to("tpu")

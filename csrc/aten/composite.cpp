@@ -3,7 +3,6 @@
 // nothing reaches the CPU fallback. A composed op that turns out hot gets a
 // record of its own later.
 #include <ATen/ExpandUtils.h>
-#include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/native/CPUFallback.h>
@@ -12,7 +11,6 @@
 #include <ATen/core/Reduction.h>
 #include <torch/library.h>
 
-#include <bitset>
 #include <cmath>
 
 #include "core/fallback.h"
@@ -30,61 +28,6 @@ at::Tensor& assign_out(at::Tensor& out, const at::Tensor& result) {
   at::native::resize_output(out, result.sizes());
   out.copy_(result);
   return out;
-}
-
-// ---- variance and standard deviation: in f64 (PyTorch's CPU kernels
-// accumulate float in double), divided by max(N - correction, 0).
-
-std::tuple<at::Tensor, at::Tensor> var_mean_impl(T self, at::OptionalIntArrayRef dim,
-                                                 const std::optional<c10::Scalar>& correction, bool keepdim,
-                                                 bool take_sqrt, const char* name) {
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), name,
-              " only supports floating-point dtypes on tpu, got ", self.scalar_type());
-  const int64_t ndim = self.dim();
-  std::vector<int64_t> dims;
-  if (dim.has_value() && !dim->empty()) {
-    const std::bitset<64> bits = at::dim_list_to_bitset(*dim, ndim);
-    for (int64_t d = 0; d < ndim; d++)
-      if (bits[d]) dims.push_back(d);
-  } else {
-    for (int64_t d = 0; d < ndim; d++) dims.push_back(d);
-  }
-  int64_t n = 1;
-  for (int64_t d : dims) n *= self.size(d);
-  const double corr = correction.has_value() ? correction->toDouble() : 1.0;
-  const double divisor = std::max(0.0, static_cast<double>(n) - corr);
-  const at::Tensor x = self.to(at::kDouble);
-  const at::Tensor mean = x.mean(dims, /*keepdim=*/true);
-  const at::Tensor centered = x - mean;
-  at::Tensor var = (centered * centered).sum(dims, keepdim).div(divisor);
-  if (take_sqrt) var = var.sqrt();
-  at::Tensor m = keepdim ? mean : mean.sum(dims, false);  // drops the kept dims (sizes 1)
-  return {var.to(self.scalar_type()), m.to(self.scalar_type())};
-}
-
-at::Tensor var(T self, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction, bool keepdim) {
-  return std::get<0>(var_mean_impl(self, dim, correction, keepdim, false, "var"));
-}
-
-at::Tensor std_(T self, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction, bool keepdim) {
-  return std::get<0>(var_mean_impl(self, dim, correction, keepdim, true, "std"));
-}
-
-std::tuple<at::Tensor, at::Tensor> var_mean(T self, at::OptionalIntArrayRef dim,
-                                            const std::optional<c10::Scalar>& correction, bool keepdim) {
-  return var_mean_impl(self, dim, correction, keepdim, false, "var_mean");
-}
-
-std::tuple<at::Tensor, at::Tensor> std_mean(T self, at::OptionalIntArrayRef dim,
-                                            const std::optional<c10::Scalar>& correction, bool keepdim) {
-  return var_mean_impl(self, dim, correction, keepdim, true, "std_mean");
-}
-
-template <bool Sqrt>
-at::Tensor& var_out(T self, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction, bool keepdim,
-                    at::Tensor& out) {
-  const at::Tensor r = std::get<0>(var_mean_impl(self, dim, correction, keepdim, Sqrt, Sqrt ? "std" : "var"));
-  return assign_out(out, r);
 }
 
 // ---- element-wise compositions.
@@ -659,12 +602,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_unpool3d", max_unpool3d);
   m.impl("_adaptive_avg_pool2d", adaptive_avg_pool2d);
   m.impl("_adaptive_avg_pool2d_backward", adaptive_avg_pool2d_backward);
-  m.impl("var.correction", var);
-  m.impl("std.correction", std_);
-  m.impl("var_mean.correction", var_mean);
-  m.impl("std_mean.correction", std_mean);
-  m.impl("var.correction_out", var_out<false>);
-  m.impl("std.correction_out", var_out<true>);
   m.impl("rsub.Tensor", rsub);
   m.impl("rsub.Scalar", rsub_scalar);
   m.impl("logaddexp", logaddexp<false>);

@@ -49,6 +49,8 @@ const ReduceKind kArgmin{TPU_REDUCE_ARGMIN, "aten::argmin"};
 const ReduceKind kAny{TPU_REDUCE_ANY, "aten::any"};
 const ReduceKind kAll{TPU_REDUCE_ALL, "aten::all"};
 const ReduceKind kNorm{TPU_REDUCE_NORM, "aten::linalg_vector_norm"};
+const ReduceKind kVar{TPU_REDUCE_VAR, "aten::var"};
+const ReduceKind kStd{TPU_REDUCE_STD, "aten::std"};
 
 at::ScalarType reduce_dtype(const ReduceKind& k, const at::Tensor& self, std::optional<at::ScalarType> dtype) {
   if (dtype.has_value()) return *dtype;
@@ -79,7 +81,7 @@ std::vector<int64_t> reduced_shape(const at::Tensor& self, uint32_t mask, bool k
 
 // `out` has the final shape; submit the op on its keepdim-shaped view.
 void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdim, const at::Tensor& out,
-         double ord = 0.0) {
+         double ord = 0.0, double correction = 0.0) {
   TORCH_CHECK(self.dim() <= TPU_MAX_DIMS, k.name, ": tensors of more than ", TPU_MAX_DIMS,
               " dims are not supported on tpu (got ", self.dim(), ")");
   at::Tensor out_kd = out;
@@ -95,6 +97,7 @@ void run(const ReduceKind& k, const at::Tensor& self, uint32_t mask, bool keepdi
   op.in[0] = describe(self, k.name);
   op.p.reduce.mask = mask;
   op.p.reduce.ord = ord;
+  op.p.reduce.correction = correction;
   const at::Tensor scratch = attach_scratch(op, self);
   submit(self.device().index(), op, k.name);
 }
@@ -425,6 +428,48 @@ using at::meta::structured_prod_dim_int;
 using Dims = at::OptionalIntArrayRef;
 using OptDtype = std::optional<at::ScalarType>;
 
+// var and std (and var_mean, std_mean): one REDUCE VAR or STD record,
+// two passes in f64 over each output's elements (PyTorch's CPU kernels
+// also accumulate float in double), divided by max(N - correction, 0);
+// the mean of the _mean forms is a MEAN record.
+at::Tensor variance(const ReduceKind& k, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                    const std::optional<c10::Scalar>& correction, bool keepdim) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), k.name, ": only floating-point dtypes are supported on tpu, got ",
+              self.scalar_type());
+  check_inputs(k, self, self.scalar_type(), std::nullopt);
+  const uint32_t mask = reduce_mask(self, dim);
+  at::Tensor out = at::empty(reduced_shape(self, mask, keepdim), self.options());
+  const double corr = correction.has_value() ? correction->toDouble() : 1.0;
+  const int64_t count = out.numel() > 0 ? self.numel() / out.numel() : 0;
+  if (static_cast<double>(count) - corr <= 0)  // as the CPU warns
+    TORCH_WARN(k.code == TPU_REDUCE_STD ? "std" : "var", "(): degrees of freedom is <= 0. Correction should be ",
+               "strictly less than the reduction factor (input numel divided by output numel).");
+  run(k, self, mask, keepdim, out, 0.0, corr);
+  return out;
+}
+
+template <bool Sqrt>
+at::Tensor var_std(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction,
+                   bool keepdim) {
+  return variance(Sqrt ? kStd : kVar, self, dim, correction, keepdim);
+}
+
+template <bool Sqrt>
+std::tuple<at::Tensor, at::Tensor> var_std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                                const std::optional<c10::Scalar>& correction, bool keepdim) {
+  at::Tensor v = variance(Sqrt ? kStd : kVar, self, dim, correction, keepdim);
+  return {v, functional(kMean, self, dim, keepdim, std::nullopt)};
+}
+
+template <bool Sqrt>
+at::Tensor& var_std_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                        const std::optional<c10::Scalar>& correction, bool keepdim, at::Tensor& out) {
+  const at::Tensor r = variance(Sqrt ? kStd : kVar, self, dim, correction, keepdim);
+  at::native::resize_output(out, r.sizes());
+  out.copy_(r);
+  return out;
+}
+
 }  // namespace
 
 // The reduce kernel describes its operands dim for dim, so inputs of more
@@ -526,6 +571,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("linalg_vector_norm.out", structured_out<at::meta::structured_linalg_vector_norm, &vector_norm_kernel,
                                                   "aten::linalg_vector_norm", T, const c10::Scalar&, Dims, bool,
                                                   OptDtype>);
+  m.impl("var.correction", var_std<false>);
+  m.impl("std.correction", var_std<true>);
+  m.impl("var_mean.correction", var_std_mean<false>);
+  m.impl("std_mean.correction", var_std_mean<true>);
+  m.impl("var.correction_out", var_std_out<false>);
+  m.impl("std.correction_out", var_std_out<true>);
   m.impl("_cummax_helper", cum_extreme_helper<TPU_SCAN_CUMMAX>);
   m.impl("_cummin_helper", cum_extreme_helper<TPU_SCAN_CUMMIN>);
   m.impl("_logcumsumexp", logcumsumexp);

@@ -310,6 +310,14 @@ static tpu_status check_reduce(const tpu_op *op) {
                                  arg ? "indices are int64" : "it must be in[0]'s dtype");
         return TPU_OK;
     }
+    case TPU_REDUCE_VAR:
+    case TPU_REDUCE_STD:
+        if (!tpu_dtype_is_float(a->dtype))
+            return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: in[0] dtype %s is not supported "
+                                 "(a variance is of floats)", name, tpu_dtype_name(a->dtype));
+        if (isnan(op->p.reduce.correction))
+            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: correction is NaN", name);
+        return check_float_out(op, "a variance is floating");
     case TPU_REDUCE_ANY:
     case TPU_REDUCE_ALL:
         if (o->dtype != TPU_DTYPE_BOOL && o->dtype != TPU_DTYPE_U8)

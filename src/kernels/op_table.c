@@ -174,7 +174,7 @@ static const char *const k_reduce_names[] = {
     [TPU_REDUCE_SUM] = "sum",       [TPU_REDUCE_MEAN] = "mean",     [TPU_REDUCE_PROD] = "prod",
     [TPU_REDUCE_AMAX] = "amax",     [TPU_REDUCE_AMIN] = "amin",     [TPU_REDUCE_ARGMAX] = "argmax",
     [TPU_REDUCE_ARGMIN] = "argmin", [TPU_REDUCE_ANY] = "any",       [TPU_REDUCE_ALL] = "all",
-    [TPU_REDUCE_NORM] = "linalg_vector_norm"};
+    [TPU_REDUCE_NORM] = "linalg_vector_norm", [TPU_REDUCE_VAR] = "var", [TPU_REDUCE_STD] = "std"};
 _Static_assert(sizeof k_reduce_names / sizeof k_reduce_names[0] == TPU_REDUCE_COUNT,
                "every tpu_reduce_fn needs a name");
 static const char *const k_softmax_names[] = {

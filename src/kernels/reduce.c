@@ -1,5 +1,5 @@
 /* Reductions over the dims in p.reduce.mask: SUM and MEAN (below, with
- * their fast paths), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
+ * their fast paths), VAR and STD (two passes, reduce_var), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
  * reference loop, reduce_other; ANY/ALL of trailing bool runs and the
  * AMAX ... ARGMIN of trailing f32 runs also in reduce_trailing, the
  * latter with vector loops, pick_f32_run).
@@ -175,11 +175,82 @@ static void reduce_other(const tpu_op *op, tpu_k_iter *inner, int64_t base, int6
     }
     case TPU_REDUCE_SUM:
     case TPU_REDUCE_MEAN:
+    case TPU_REDUCE_VAR: /* reduce_var */
+    case TPU_REDUCE_STD:
     case TPU_REDUCE_COUNT: break;
     }
 }
 
+/* ------------------------------------------------------ VAR and STD */
+
+static bool is_var(const tpu_op *op) {
+    return op->fn == TPU_REDUCE_VAR || op->fn == TPU_REDUCE_STD;
+}
+
+static double sum_f32_run(sum_kind k, const float *x, int64_t n);
+static double sum_f32_run_plain(sum_kind k, const float *x, int64_t n);
+static double sq_dev_f32_run(const float *x, int64_t n, double mean);
+static double sq_dev_f32_run_plain(const float *x, int64_t n, double mean);
+static int32_t trailing_block(const tpu_op *op);
+
+/* Two passes over each output's elements in f64: the mean, then the sum
+ * of squared deviations from it (no cancellation, as a one-pass sum of
+ * squares would suffer). Runs of aligned contiguous f32 take the sums'
+ * 16 lanes, in both kernel modes (the reference mode runs the plain
+ * loop, the same order); any other layout or dtype adds in the reduced
+ * dims' row-major order. So the bytes depend on the layout, not on the
+ * mode, the instruction set or the thread count. */
+static tpu_status reduce_var(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    int64_t start, end;
+    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
+    if (start >= end)
+        return TPU_OK;
+    const int64_t *outer_strides[2] = {o->strides, in->strides};
+    tpu_k_iter outer;
+    tpu_k_iter_init(&outer, o->ndim, o->sizes, 2, outer_strides, start);
+    int64_t inner_sizes[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < in->ndim; d++)
+        inner_sizes[d] = (op->p.reduce.mask >> d) & 1u ? in->sizes[d] : 1;
+    const int64_t *inner_strides[1] = {in->strides};
+    const int64_t count = reduced_count(op);
+    const bool runs = count > 0 && in->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(in) &&
+                      trailing_block(op) >= 0;
+    const bool plain = tpu_kernels_get_reference();
+    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&outer)) {
+        double ss = 0.0;
+        if (runs) {
+            const float *x = (const float *)tpu_k_ptr(in, outer.off[1]);
+            double mean = (plain ? sum_f32_run_plain(SUM_VALUE, x, count)
+                                 : sum_f32_run(SUM_VALUE, x, count)) /
+                          (double)count;
+            ss = plain ? sq_dev_f32_run_plain(x, count, mean) : sq_dev_f32_run(x, count, mean);
+        } else {
+            tpu_k_iter inner;
+            tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
+            double sum = 0.0;
+            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner))
+                sum += tpu_k_load_f64(tpu_k_ptr(in, outer.off[1] + inner.off[0]), in->dtype);
+            const double mean = sum / (double)count; /* NaN over zero elements */
+            tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
+            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner)) {
+                double d = tpu_k_load_f64(tpu_k_ptr(in, outer.off[1] + inner.off[0]), in->dtype) - mean;
+                ss += d * d;
+            }
+            if (count == 0)
+                ss = NAN;
+        }
+        double v = ss / fmax((double)count - op->p.reduce.correction, 0.0);
+        if (isnan(v)) /* one NaN whatever operand order the sums' code took */
+            v = NAN;
+        tpu_k_store_f64(tpu_k_ptr(o, outer.off[0]), o->dtype, op->fn == TPU_REDUCE_STD ? sqrt(v) : v);
+    }
+    return TPU_OK;
+}
+
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
+    if (is_var(op))
+        return reduce_var(op, ith, nth);
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
@@ -229,15 +300,40 @@ tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
  * so they agree bit for bit with each other on every CPU. */
 enum { SUM_LANES = 16 };
 
-static double lanes_combine(double lanes[SUM_LANES], sum_kind k, const float *x, int64_t done,
-                            int64_t n) {
+static double lanes_fold(double lanes[SUM_LANES]) {
     for (int w = SUM_LANES / 2; w >= 1; w /= 2)
         for (int j = 0; j < w; j++)
             lanes[j] += lanes[j + w];
-    double s = lanes[0];
+    return lanes[0];
+}
+
+static double lanes_combine(double lanes[SUM_LANES], sum_kind k, const float *x, int64_t done,
+                            int64_t n) {
+    double s = lanes_fold(lanes);
     for (int64_t i = done; i < n; i++)
         s += sum_term(k, x[i]);
     return s;
+}
+
+/* VAR's second pass over a run: the squares of (x - mean) in f64, in the
+ * same 16 lanes and tail order as the sums (both variants). */
+static double sq_dev_tail(double s, const float *x, int64_t done, int64_t n, double mean) {
+    for (int64_t i = done; i < n; i++) {
+        double d = (double)x[i] - mean;
+        s += d * d;
+    }
+    return s;
+}
+
+static double sq_dev_f32_run_plain(const float *x, int64_t n, double mean) {
+    double lanes[SUM_LANES] = {0};
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++) {
+            double d = (double)x[i + j] - mean;
+            lanes[j] += d * d;
+        }
+    return sq_dev_tail(lanes_fold(lanes), x, i, n, mean);
 }
 
 static double sum_f32_run_plain(sum_kind k, const float *x, int64_t n) {
@@ -290,6 +386,42 @@ static double sum_f32_run(sum_kind k, const float *x, int64_t n) {
         return sum_f32_run_avx2(k, x, n);
 #endif
     return sum_f32_run_plain(k, x, n);
+}
+
+#if TPU_K_X86
+__attribute__((target("avx2,fma"))) static double sq_dev_f32_run_avx2(const float *x, int64_t n,
+                                                                      double mean) {
+    const __m256d m = _mm256_set1_pd(mean);
+    __m256d a0 = _mm256_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+#define SQ_DEV(A, OFF)                                                                             \
+    {                                                                                              \
+        __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + (OFF))), m);                \
+        A = _mm256_add_pd(A, _mm256_mul_pd(d, d));                                                 \
+    }
+    for (; i + SUM_LANES <= n; i += SUM_LANES) {
+        _mm_prefetch((const char *)(x + i) + SUM_PREFETCH_BYTES, _MM_HINT_T0);
+        SQ_DEV(a0, 0)
+        SQ_DEV(a1, 4)
+        SQ_DEV(a2, 8)
+        SQ_DEV(a3, 12)
+    }
+#undef SQ_DEV
+    double lanes[SUM_LANES];
+    _mm256_storeu_pd(lanes, a0);
+    _mm256_storeu_pd(lanes + 4, a1);
+    _mm256_storeu_pd(lanes + 8, a2);
+    _mm256_storeu_pd(lanes + 12, a3);
+    return sq_dev_tail(lanes_fold(lanes), x, i, n, mean);
+}
+#endif
+
+static double sq_dev_f32_run(const float *x, int64_t n, double mean) {
+#if TPU_K_X86
+    if (tpu_k_cpu_has_avx2_fma())
+        return sq_dev_f32_run_avx2(x, n, mean);
+#endif
+    return sq_dev_f32_run_plain(x, n, mean);
 }
 
 /* Whether dims [first, ndim) of t lie in row-major order, one element
@@ -792,6 +924,8 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
  * runs; the picks (AMAX ... ARGMIN) of nonempty trailing f32 runs. The
  * rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
+    if (is_var(op))
+        return reduce_var(op, ith, nth);
     if (is_pick(op) && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
         trailing_block(op) >= 0 && reduced_count(op) > 0)
         return reduce_trailing(op, ith, nth);

@@ -41,7 +41,7 @@ static int g_cases;
 static int64_t g_bad;
 
 static const char *const k_red_names[TPU_REDUCE_COUNT] = {
-    "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "any", "all", "norm"};
+    "sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "any", "all", "norm", "var", "std"};
 
 /* ----------------------------------------------------- reduced rows */
 
@@ -377,6 +377,146 @@ static void test_picks_long_runs(void) {
                     fb_free(&in);
                     fb_free(&out);
                 }
+}
+
+/* VAR and STD against a two-pass long double loop in the reduced dims'
+ * order: the mean, then the sum of squared deviations, divided by
+ * max(count - correction, 0) (NaN over zero elements). The kernel adds
+ * in f64, in 16 lanes on contiguous f32 runs: within 1e-12 relative of
+ * the exact value (far above f64's few ulps for these counts, far below
+ * a one-pass formula's cancellation on values near their mean), plus
+ * the rounding of the store. Also every mode and thread count must give
+ * the same bytes (run_everywhere). */
+typedef struct {
+    int fn;
+    const char *what;
+    fbuf *in, *out;
+    uint32_t mask;
+    double correction;
+} var_ctx;
+
+static void verify_var(void *p) {
+    const var_ctx *k = p;
+    const tpu_tensor *in = &k->in->t, *out = &k->out->t;
+    int64_t n_out = t_numel(out), n_in = t_numel(in);
+    const unsigned char **ptrs = malloc((size_t)(n_in + 1) * sizeof *ptrs);
+    int64_t *pos = malloc((size_t)(n_in + 1) * sizeof *pos);
+    for (int64_t o = 0; o < n_out; o++) {
+        int64_t count = reduced_elems(in, k->mask, o, ptrs, pos);
+        long double sum = 0, ss = 0;
+        for (int64_t r = 0; r < count; r++)
+            sum += t_read_f(ptrs[r], in->dtype);
+        long double mean = sum / (long double)count;
+        for (int64_t r = 0; r < count; r++) {
+            long double d = t_read_f(ptrs[r], in->dtype) - mean;
+            ss += d * d;
+        }
+        double div = fmax((double)count - k->correction, 0.0);
+        double want = count == 0 ? NAN : (double)(ss / div);
+        if (k->fn == TPU_REDUCE_STD)
+            want = sqrt(want);
+        double got = t_read_f(t_at(out, o), out->dtype);
+        double q = t_quant(want, out->dtype);
+        double tol = tol_store(out->dtype, want) + 1e-12 * fabs(want);
+        if (!(isinf(q) || isnan(q) ? (isnan(q) ? isnan(got) : got == q) : close_to(got, want, tol)))
+            report(k->what, o, "%.17g", got, want);
+    }
+    free(ptrs);
+    free(pos);
+}
+
+static void run_var(int fn, tpu_dtype idt, tpu_dtype odt, int ndim, const int64_t *sizes,
+                    uint32_t mask, int li, double correction, int values) {
+    char what[200];
+    int k = snprintf(what, sizeof what, "%s %s -> %s mask 0x%x correction %g values %d ",
+                     k_red_names[fn], dt_str(idt), dt_str(odt), (unsigned)mask, correction, values);
+    fmt_dims(what, sizeof what, &k, ndim, sizes);
+    snprintf(what + k, sizeof what - (size_t)k, " in %s", k_layout_names[li]);
+    int64_t osizes[TPU_MAX_DIMS];
+    for (int d = 0; d < ndim; d++)
+        osizes[d] = (mask >> d) & 1u ? 1 : sizes[d];
+    fbuf in, out;
+    fb_make(&in, idt, ndim, sizes, li);
+    fb_make(&out, odt, ndim, osizes, L_CONTIG);
+    int64_t n = t_numel(&in.t);
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)(t_rand() % 2001) / 1000.0 - 1.0; /* [-1, 1] */
+        double v = values == 0 ? u : values == 1 ? 1000.0 + u / 64 : u;
+        if (values == 2 && i % 17 == 5) /* NaN and infinities in some rows */
+            v = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+        fb_set(&in, i, v);
+    }
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_REDUCE;
+    op.fn = fn;
+    op.n_in = 1;
+    op.out = out.t;
+    op.in[0] = in.t;
+    op.p.reduce.mask = mask;
+    op.p.reduce.correction = correction;
+    var_ctx ctx = {fn, what, &in, &out, mask, correction};
+    op_bufs bufs = {{&out}, 1, {&in}, 1};
+    g_bad = 0;
+    run_everywhere(&op, &bufs, verify_var, &ctx, what);
+    CHECK(g_bad == 0);
+    g_cases++;
+    fb_free(&in);
+    fb_free(&out);
+}
+
+static void test_var(void) {
+    static const tpu_dtype pairs[][2] = {{F32, F32}, {F64, F64}, {BF16, BF16}, {F16, F16},
+                                         {F32, F64}, {BF16, F32}};
+    static const double corrections[] = {1.0, 0.0, 2.5, -1.0, 40.0};
+    int rot = 0;
+    for (int fn = TPU_REDUCE_VAR; fn <= TPU_REDUCE_STD; fn++)
+        for (size_t s = 0; s < sizeof k_rshapes / sizeof k_rshapes[0]; s++) {
+            int nd = k_rshapes[s].ndim;
+            for (uint32_t mask = 0; mask < (1u << nd); mask++, rot++) {
+                if (nd == 4 && mask % 3 != 0)
+                    continue;
+                size_t p = (size_t)rot % (sizeof pairs / sizeof pairs[0]);
+                run_var(fn, pairs[p][0], pairs[p][1], nd, k_rshapes[s].sizes, mask, rot % L_COUNT,
+                        corrections[rot % 5], rot % 3);
+            }
+        }
+    /* Long contiguous f32 rows (the 16 lanes and their tail), values
+     * near 1000 (a one-pass sum of squares would lose them), and rows
+     * whose elements lie a stride apart (the row-major walk). */
+    static const int64_t longs[][2] = {{3, 1000}, {2, 4099}, {1, 33}, {5, 16}};
+    for (size_t s = 0; s < sizeof longs / sizeof longs[0]; s++)
+        for (int fn = TPU_REDUCE_VAR; fn <= TPU_REDUCE_STD; fn++)
+            for (int values = 0; values < 3; values++) {
+                run_var(fn, F32, F32, 2, longs[s], 0x2, L_CONTIG, 1.0, values);
+                run_var(fn, F32, F32, 2, longs[s], 0x1, L_CONTIG, 0.0, values);
+                run_var(fn, F32, F64, 2, longs[s], 0x3, L_TRANS, 1.0, values);
+            }
+}
+
+static void var_refusals(void) {
+    static int32_t xi[4];
+    static float xf[4], yf[1];
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_REDUCE;
+    op.fn = TPU_REDUCE_VAR;
+    op.n_in = 1;
+    op.in[0] = (tpu_tensor){.data = xf, .sizes = {4}, .strides = {1}, .ndim = 1, .dtype = F32,
+                            .storage = xf, .storage_nbytes = sizeof xf};
+    op.out = (tpu_tensor){.data = yf, .sizes = {1}, .strides = {1}, .ndim = 1, .dtype = F32,
+                          .storage = yf, .storage_nbytes = sizeof yf};
+    op.p.reduce.mask = 1;
+    op.p.reduce.correction = 1.0;
+    CHECK_OK(tpu_op_check(&op));
+    op.p.reduce.correction = NAN;
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_INVALID_ARG);
+    CHECK(strstr(tpu_last_error_message(), "correction is NaN") != NULL);
+    op.p.reduce.correction = 1.0;
+    op.in[0] = (tpu_tensor){.data = xi, .sizes = {4}, .strides = {1}, .ndim = 1, .dtype = I32,
+                            .storage = xi, .storage_nbytes = sizeof xi};
+    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_UNSUPPORTED_DTYPE);
+    CHECK(strstr(tpu_last_error_message(), "a variance is of floats") != NULL);
 }
 
 /* Hand-made rows: ties, NaN positions, infinities. */
@@ -1186,6 +1326,8 @@ int main(void) {
     norm_known();
     test_reductions();
     test_picks_long_runs();
+    test_var();
+    var_refusals();
     test_norm();
     test_tri();
     test_integers();

@@ -263,6 +263,10 @@ typedef enum {
                          * as sqrt(sum x*x), 1 as sum |x|, inf as max |x|, -inf as min |x|, 0 as the
                          * count of nonzeros; float out; 0 over zero elements (inf and
                          * negative orders, -inf too: need elements) */
+    TPU_REDUCE_VAR,     /* variance in f64: sum (x - mean)^2 / max(count - p.reduce.correction, 0),
+                         * mean = sum x / count, both sums in the order reduce.c states; float
+                         * in and out; NaN over zero elements */
+    TPU_REDUCE_STD,     /* sqrt of VAR's f64 result, rounded once */
     TPU_REDUCE_COUNT
 } tpu_reduce_fn;
 
@@ -570,7 +574,8 @@ typedef struct tpu_op {
          * for SUM and NaN for MEAN (see tpu_reduce_fn). */
         struct {
             uint32_t mask;
-            double ord; /* NORM */
+            double ord;        /* NORM */
+            double correction; /* VAR, STD: subtracted from the count (Bessel's 1 by default) */
         } reduce;
         /* SOFTMAX: the dim, 0 <= dim < in[0].ndim (a 0-d tensor is
          * described as 1-d of size 1). */
