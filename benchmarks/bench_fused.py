@@ -7,7 +7,7 @@ times on a 5000x5000 bf16 tensor; GELU written out as its tanh formula in
 separate ops; LayerNorm written out in ops; a linear layer's product
 with its bias and GELU (a matmul group); one AdamW step (foreach=True)
 over GPT-2 small's parameter shapes; with --models, GPT-2 small's forward
-and one training step. Each row samples CPU, tpu strict and tpu fused in
+at 1x128 and 8x512 and one training step. Each row samples CPU, tpu strict and tpu fused in
 turn (suite.interleaved_all) and reports the medians, fused/strict and
 fused/CPU (below 1: fused is faster), what the planner did
 (torch.tpu.fusion_stats), and the device memory allocated at the peak of
@@ -144,6 +144,11 @@ def rows(repeat: int, models: bool) -> list[tuple[str, dict[str, float], dict[st
         # the time and fuse nothing but their epilogues): many samples.
         row("GPT-2 small forward 1x128", lambda: forward(cpu_model.eval(), "cpu"),
             lambda: forward(tpu_model.eval(), "tpu"), rep=max(21, repeat))
+        # At 8x512 the MLP's GELU (eight records of 12.6M elements) no
+        # longer fits in cache: the memory-bound work fusion removes.
+        ids = torch.randint(0, config.vocab_size, (8, 512))
+        row("GPT-2 small forward 8x512", lambda: forward(cpu_model.eval(), "cpu"),
+            lambda: forward(tpu_model.eval(), "tpu"), rep=3)
         tids = torch.randint(0, config.vocab_size, (8, 256))
 
         row("GPT-2 small train step 8x256 (AdamW)", lambda: suite.train_step(cpu_model, tids),
