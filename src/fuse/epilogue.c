@@ -15,6 +15,7 @@ void tpu_fuse_mm_begin(tpu_fuse_mm_run *r, const tpu_fuse_plan *p, void *const *
     r->plan = p;
     r->scratch = scratch;
     r->hook = (tpu_op_block_hook){run_block, r};
+    r->claims = 0;
     r->rows_flat = true;
     r->spans = true;
     for (int i = 1; i < p->n_steps; i++) {
@@ -130,7 +131,7 @@ static void run_block(const tpu_op_block_hook *h, int ith, int64_t i0, int64_t m
 tpu_status tpu_fuse_mm_share(tpu_fuse_mm_run *r, int ith, int nth) {
     r->failed[ith] = r->plan->n_steps;
     r->status[ith] = TPU_OK;
-    tpu_status st = tpu_op_run_blocks(r->plan->steps[0].op, ith, nth, &r->hook);
+    tpu_status st = tpu_op_run_blocks_claimed(r->plan->steps[0].op, ith, nth, &r->hook, &r->claims);
     if (st != TPU_OK) { /* the product itself: the lowest step */
         r->failed[ith] = 0;
         r->status[ith] = st;

@@ -293,6 +293,7 @@ typedef struct {
     bool rows_flat;
     tpu_op_span span[TPU_FUSE_MM_MAX_STEPS + 1];
     tpu_op_block_hook hook;
+    int64_t claims; /* the product's units (tpu_op_run_blocks_claimed) */
     int failed[TPU_FUSE_MAX_SHARES]; /* per share: its lowest failing step, or n_steps */
     tpu_status status[TPU_FUSE_MAX_SHARES];
     char msg[4][512]; /* the first shares' messages; later ones read generic */

@@ -581,7 +581,12 @@ void tpu_k_gemm_store_block(const tpu_op *op, int64_t ic, int64_t mb, int64_t jc
  * block reach megabytes, and a fresh allocation that large is a fresh
  * mapping whose pages fault on every call; these grow to the largest
  * size a thread has needed and are freed when the thread exits. */
-enum { WS_A, WS_B, WS_C, WS_SLOTS };
+enum { WS_A, WS_B, WS_C, WS_AP, WS_BP, WS_SLOTS };
+
+/* The largest A or B panel a claimed product keeps packed
+ * (gemm_run.apanel, bpanel): 576 rows of K = 3640, or K x 1024 columns
+ * of K = 2048. */
+#define PANEL_MAX_BYTES ((int64_t)8 << 20)
 typedef struct {
     float *p[WS_SLOTS];
     size_t bytes[WS_SLOTS];
@@ -684,69 +689,179 @@ static void run_tiles(const gemm_plan *p, int64_t kb, int64_t mb, int64_t nb, co
 #endif
 }
 
-tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook) {
-    if (op->out.dtype == TPU_DTYPE_F64 || op->in[0].sizes[1] == 0)
-        return tpu_k_mm_ref_blocks(op, ith, nth, hook);
-    int64_t m0, m1, n0, n1;
-    tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
-    if (m0 >= m1 || n0 >= n1)
-        return TPU_OK;
-    if (tpu_k_gemv(op, m0, m1, n0, n1)) {
-        if (hook) /* a few rows: the whole share is one block */
-            hook->run(hook, ith, m0, m1 - m0, n0, n1 - n0);
-        return TPU_OK;
-    }
-    const gemm_plan plan = plan_of(op);
-    pack_ctx cx = {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
-                   tpu_k_mm_passes(op)};
-    /* K * passes fits: K f32 elements exist, so 4 * K < 2^63. */
-    int64_t kp = op->in[0].sizes[1] * cx.passes;
-    int64_t mr = plan.mr, nr = plan.nr;
-    /* Blocks no larger than this share needs, padded to whole tiles (a
-     * pair panel needs half the room of an f32 one). */
-    int64_t mcb = m1 - m0 < plan.mc ? m1 - m0 : plan.mc;
-    int64_t ncb = n1 - n0 < plan.nc ? n1 - n0 : plan.nc;
-    int64_t kcb = kp < plan.kc ? kp : plan.kc;
-    mcb = (mcb + mr - 1) / mr * mr;
-    ncb = (ncb + nr - 1) / nr * nr;
-    /* Rows run in panels of up to four A blocks: each (panel, column
-     * block, k block) packs B once for all the panel's A blocks, and the
-     * panel's C block (f32 chains, finished once all k blocks ran) stays
-     * a few megabytes. */
-    int64_t mp = 4 * plan.mc;
-    int64_t mpb = m1 - m0 < mp ? m1 - m0 : mp;
-    mpb = (mpb + mr - 1) / mr * mr;
-    float *apack = workspace(WS_A, mcb * kcb), *bpack = workspace(WS_B, kcb * ncb);
-    float *cbuf = workspace(WS_C, mpb * ncb);
-    if (apack == NULL || bpack == NULL || cbuf == NULL)
-        return tpu_set_error(TPU_ERR_HOST_MEMORY, "%s: cannot allocate GEMM packing buffers",
-                             tpu_k_op_label(op));
-    const int64_t ldc = ncb;
+/* One range of out, rows [m0, m1) x columns [n0, n1), through the loop
+ * nest above, with this thread's buffers. */
+typedef struct {
+    const tpu_op *op;
+    gemm_plan plan;
+    pack_ctx cx;
+    int64_t kp, mp, ldc;
+    float *apack, *bpack, *cbuf;
+    /* A claimed product whose units all span every row (one row panel)
+     * packs A once per share into apanel, block (k block q, row block r)
+     * at (q * a_rblocks + r) * a_block, and every unit after the first
+     * reads it there. NULL: each block packed into apack when used. */
+    float *apanel;
+    int64_t a_rblocks, a_block;
+    bool apanel_ready;
+    /* Likewise B, when all units span every column (one column block):
+     * k block q at q * b_block. */
+    float *bpanel;
+    int64_t b_block;
+    bool bpanel_ready;
+} gemm_run;
+
+static void gemm_range(gemm_run *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1, int ith,
+                       const tpu_op_block_hook *hook) {
+    const gemm_plan *plan = &g->plan;
+    const int64_t mr = plan->mr, nr = plan->nr, kp = g->kp, mp = g->mp, ldc = g->ldc;
     for (int64_t ip = m0; ip < m1; ip += mp) {
         int64_t pm = m1 - ip < mp ? m1 - ip : mp;
-        for (int64_t jc = n0; jc < n1; jc += plan.nc) {
-            int64_t nb = n1 - jc < plan.nc ? n1 - jc : plan.nc;
-            for (int64_t pc = 0; pc < kp; pc += plan.kc) {
-                int64_t kb = kp - pc < plan.kc ? kp - pc : plan.kc;
-                if (plan.pair != NULL)
-                    tpu_k_gemm_pack_b_pairs(&cx, pc, kb, jc, nb, (int)nr, (uint32_t *)bpack);
-                else
-                    pack_b(&cx, pc, kb, jc, nb, (int)nr, bpack);
-                for (int64_t ic = ip; ic < ip + pm; ic += plan.mc) {
-                    int64_t mb = ip + pm - ic < plan.mc ? ip + pm - ic : plan.mc;
-                    if (plan.pair != NULL)
-                        tpu_k_gemm_pack_a_pairs(&cx, ic, mb, pc, kb, (int)mr, (uint32_t *)apack);
-                    else
-                        pack_a(&cx, ic, mb, pc, kb, (int)mr, apack);
+        for (int64_t jc = n0; jc < n1; jc += plan->nc) {
+            int64_t nb = n1 - jc < plan->nc ? n1 - jc : plan->nc;
+            for (int64_t pc = 0; pc < kp; pc += plan->kc) {
+                int64_t kb = kp - pc < plan->kc ? kp - pc : plan->kc;
+                float *b = g->bpack;
+                bool b_packed = false;
+                if (g->bpanel != NULL) {
+                    b = g->bpanel + pc / plan->kc * g->b_block;
+                    b_packed = g->bpanel_ready || ip != m0;
+                }
+                if (!b_packed && plan->pair != NULL)
+                    tpu_k_gemm_pack_b_pairs(&g->cx, pc, kb, jc, nb, (int)nr, (uint32_t *)b);
+                else if (!b_packed)
+                    pack_b(&g->cx, pc, kb, jc, nb, (int)nr, b);
+                for (int64_t ic = ip; ic < ip + pm; ic += plan->mc) {
+                    int64_t mb = ip + pm - ic < plan->mc ? ip + pm - ic : plan->mc;
+                    float *a = g->apack;
+                    bool packed = false;
+                    if (g->apanel != NULL) {
+                        a = g->apanel + (pc / plan->kc * g->a_rblocks + (ic - ip) / plan->mc) * g->a_block;
+                        packed = g->apanel_ready || jc != n0;
+                    }
+                    if (!packed && plan->pair != NULL)
+                        tpu_k_gemm_pack_a_pairs(&g->cx, ic, mb, pc, kb, (int)mr, (uint32_t *)a);
+                    else if (!packed)
+                        pack_a(&g->cx, ic, mb, pc, kb, (int)mr, a);
                     /* The first k block starts the chains. */
-                    run_tiles(&plan, kb, mb, nb, apack, bpack, cbuf + (ic - ip) * ldc, ldc, pc > 0);
+                    run_tiles(plan, kb, mb, nb, a, b, g->cbuf + (ic - ip) * ldc, ldc, pc > 0);
                 }
             }
             /* The chains are complete: finish and store this C block. */
-            tpu_k_gemm_store_block(op, ip, pm, jc, nb, cbuf, ldc);
+            tpu_k_gemm_store_block(g->op, ip, pm, jc, nb, g->cbuf, ldc);
             if (hook)
                 hook->run(hook, ith, ip, pm, jc, nb);
         }
+    }
+}
+
+/* Units of a claimed product: out cut along its longer side into about
+ * UNITS_PER_SHARE units per share, each at most a row panel (4 mc rows)
+ * by a column block (nc), in whole tiles. A unit is claimed by one share
+ * and computed whole, every chain complete, so the bytes do not depend on
+ * who takes which. Cutting one side only keeps the other operand's
+ * packing once per share where it fits a panel (gemm_run's apanel and
+ * bpanel): rows of A packed once per column cut, B once per row cut,
+ * as many times as the fixed split packs them. */
+enum { UNITS_PER_SHARE = 4 };
+
+static void unit_grid(const gemm_plan *plan, int64_t m, int64_t n, int nth, int64_t *um,
+                      int64_t *un) {
+    const int64_t want = (int64_t)UNITS_PER_SHARE * nth, mp = 4 * plan->mc;
+    if (m >= n) {
+        int64_t bn = n < plan->nc ? n : plan->nc, cuts = (want + (n + bn - 1) / bn - 1) / ((n + bn - 1) / bn);
+        int64_t bm = ((m + cuts - 1) / cuts + plan->mr - 1) / plan->mr * plan->mr;
+        *um = bm < mp ? bm : mp;
+        *un = bn;
+    } else {
+        int64_t bm = m < mp ? m : mp, cuts = (want + (m + bm - 1) / bm - 1) / ((m + bm - 1) / bm);
+        int64_t bn = ((n + cuts - 1) / cuts + plan->nr - 1) / plan->nr * plan->nr;
+        *um = bm;
+        *un = bn < plan->nc ? bn : plan->nc;
+    }
+}
+
+tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook) {
+    if (op->out.dtype == TPU_DTYPE_F64 || op->in[0].sizes[1] == 0)
+        return tpu_k_mm_ref_blocks(op, ith, nth, hook);
+    const int64_t m = op->out.sizes[0], n = op->out.sizes[1];
+    int64_t *claims = tpu_k_share_claims();
+    const bool claimed = claims != NULL && nth > 1 && m > TPU_K_GEMV_MAX_M;
+    int64_t m0 = 0, m1 = m, n0 = 0, n1 = n;
+    if (!claimed) {
+        tpu_k_mm_split(op, ith, nth, &m0, &m1, &n0, &n1);
+        if (m0 >= m1 || n0 >= n1)
+            return TPU_OK;
+        if (tpu_k_gemv(op, m0, m1, n0, n1)) {
+            if (hook) /* a few rows: the whole share is one block */
+                hook->run(hook, ith, m0, m1 - m0, n0, n1 - n0);
+            return TPU_OK;
+        }
+    }
+    gemm_run g = {op, plan_of(op), {&op->in[0], &op->in[1], op->out.dtype, op->p.mm.precision,
+                                     tpu_k_mm_passes(op)}, 0, 0, 0, NULL, NULL, NULL, NULL, 0, 0, false, NULL, 0, false};
+    const gemm_plan *plan = &g.plan;
+    int64_t um = m1 - m0, un = n1 - n0;
+    if (claimed)
+        unit_grid(plan, m, n, nth, &um, &un);
+    /* K * passes fits: K f32 elements exist, so 4 * K < 2^63. */
+    g.kp = op->in[0].sizes[1] * g.cx.passes;
+    const int64_t mr = plan->mr, nr = plan->nr;
+    /* Blocks no larger than a share's range or a unit needs, padded to
+     * whole tiles (a pair panel needs half the room of an f32 one). Rows
+     * run in panels of up to four A blocks: each (panel, column block, k
+     * block) packs B once for all the panel's A blocks, and the panel's C
+     * block (f32 chains, finished once all k blocks ran) stays a few
+     * megabytes. */
+    int64_t mcb = um < plan->mc ? um : plan->mc;
+    int64_t ncb = un < plan->nc ? un : plan->nc;
+    int64_t kcb = g.kp < plan->kc ? g.kp : plan->kc;
+    mcb = (mcb + mr - 1) / mr * mr;
+    ncb = (ncb + nr - 1) / nr * nr;
+    g.mp = 4 * plan->mc;
+    int64_t mpb = um < g.mp ? um : g.mp;
+    mpb = (mpb + mr - 1) / mr * mr;
+    g.apack = workspace(WS_A, mcb * kcb);
+    g.bpack = workspace(WS_B, kcb * ncb);
+    g.cbuf = workspace(WS_C, mpb * ncb);
+    if (g.apack == NULL || g.bpack == NULL || g.cbuf == NULL)
+        return tpu_set_error(TPU_ERR_HOST_MEMORY, "%s: cannot allocate GEMM packing buffers",
+                             tpu_k_op_label(op));
+    g.ldc = ncb;
+    if (claimed && um == m && m <= g.mp) {
+        /* Units that differ only in their columns: pack A once (up to
+         * PANEL_MAX_BYTES, else block by block as it is used). */
+        g.a_rblocks = (m + plan->mc - 1) / plan->mc;
+        g.a_block = mcb * kcb;
+        int64_t floats = (g.kp + plan->kc - 1) / plan->kc * g.a_rblocks * g.a_block;
+        if (floats <= PANEL_MAX_BYTES / (int64_t)sizeof(float))
+            g.apanel = workspace(WS_AP, floats);
+    }
+    if (claimed && un == n && n <= plan->nc) {
+        g.b_block = kcb * ncb;
+        int64_t floats = (g.kp + plan->kc - 1) / plan->kc * g.b_block;
+        if (floats <= PANEL_MAX_BYTES / (int64_t)sizeof(float))
+            g.bpanel = workspace(WS_BP, floats);
+    }
+    if (!claimed) {
+        gemm_range(&g, m0, m1, n0, n1, ith, hook);
+        return TPU_OK;
+    }
+    const int64_t gm = (m + um - 1) / um, units = gm * ((n + un - 1) / un);
+    for (;;) {
+        int64_t u = __atomic_fetch_add(claims, 1, __ATOMIC_RELAXED);
+        if (u >= units)
+            break;
+        int64_t i0 = u % gm * um, j0 = u / gm * un;
+        int64_t i1 = i0 + um < m ? i0 + um : m, j1 = j0 + un < n ? j0 + un : n;
+        if (tpu_k_gemv(op, i0, i1, j0, j1)) {
+            if (hook)
+                hook->run(hook, ith, i0, i1 - i0, j0, j1 - j0);
+            continue;
+        }
+        gemm_range(&g, i0, i1, j0, j1, ith, hook);
+        g.apanel_ready = g.apanel != NULL;
+        g.bpanel_ready = g.bpanel != NULL;
     }
     return TPU_OK;
 }

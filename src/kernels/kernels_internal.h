@@ -213,6 +213,12 @@ tpu_status tpu_k_reduce_split(const tpu_op *op, int phase, int ith, int nth);
 int tpu_k_reduce_phases(const tpu_op *op);              /* 2 when split, else 1 */
 int64_t tpu_k_reduce_scratch_bytes(const tpu_op *op);   /* the split's partials */
 
+/* The claims counter of the run this thread's share belongs to
+ * (tpu_op_run_phase_claimed), or NULL when the share was run without one:
+ * a kernel that divides its work into units takes the next unit with an
+ * atomic add on it, else it takes the fixed part (ith, nth) names. */
+int64_t *tpu_k_share_claims(void);
+
 /* MATMUL (matmul.c; packed GEMM in gemm.c). */
 tpu_status tpu_k_mm_ref(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_mm_fast(const tpu_op *op, int ith, int nth);

@@ -764,6 +764,32 @@ tpu_status tpu_op_run(const tpu_op *op, int ith, int nth) {
     return tpu_op_run_phase(op, 0, ith, nth);
 }
 
+/* The counter of the claimed run this thread is in; saved and restored,
+ * so that a kernel that runs an op of its own inside keeps its own. */
+static _Thread_local int64_t *t_claims;
+
+int64_t *tpu_k_share_claims(void) {
+    return t_claims;
+}
+
+tpu_status tpu_op_run_phase_claimed(const tpu_op *op, int phase, int ith, int nth,
+                                    int64_t *claims) {
+    int64_t *saved = t_claims;
+    t_claims = claims;
+    tpu_status st = tpu_op_run_phase(op, phase, ith, nth);
+    t_claims = saved;
+    return st;
+}
+
+tpu_status tpu_op_run_blocks_claimed(const tpu_op *op, int ith, int nth,
+                                     const tpu_op_block_hook *hook, int64_t *claims) {
+    int64_t *saved = t_claims;
+    t_claims = claims;
+    tpu_status st = tpu_op_run_blocks(op, ith, nth, hook);
+    t_claims = saved;
+    return st;
+}
+
 tpu_status tpu_op_run_blocks(const tpu_op *op, int ith, int nth, const tpu_op_block_hook *hook) {
     if (op == NULL || hook == NULL || hook->run == NULL)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_op_run_blocks: %s is NULL",

@@ -113,15 +113,17 @@ static void host_mem_free(int chip, void *ptr, size_t nbytes) {
         free(ptr);
 }
 
-/* One phase of an op, as the pool's function type wants it. */
+/* One phase of an op, as the pool's function type wants it, with the
+ * counter its shares claim units of work from (tpu_op_run_phase_claimed). */
 typedef struct {
     const tpu_op *op;
     int phase;
+    int64_t claims;
 } phase_ctx;
 
 static tpu_status run_share(void *ctx, int ith, int nth) {
-    const phase_ctx *p = ctx;
-    return tpu_op_run_phase(p->op, p->phase, ith, nth);
+    phase_ctx *p = ctx;
+    return tpu_op_run_phase_claimed(p->op, p->phase, ith, nth, &p->claims);
 }
 
 /* Runs the op's phases one after another; the pool's return is the
@@ -130,7 +132,7 @@ static tpu_status host_execute(int chip, const tpu_op *op) {
     (void)chip; /* all virtual chips share the host's cores */
     int nth = tpu_op_max_threads(op), phases = tpu_op_phases(op);
     for (int phase = 0; phase < phases; phase++) {
-        phase_ctx ctx = {op, phase};
+        phase_ctx ctx = {op, phase, 0};
         /* Small op: not worth waking the pool. */
         tpu_status st = nth <= 1 ? tpu_op_run_phase(op, phase, 0, 1) : tpu_pool_run(run_share, &ctx, nth);
         if (st != TPU_OK)

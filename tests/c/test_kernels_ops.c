@@ -2,7 +2,9 @@
  * each checked and run with nth = 1 and nth = 3, in reference and fast
  * mode, against a plain loop written here (logical index -> offset by
  * division, own conversions; the shared numerics are in kernel_test.h). */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -920,12 +922,129 @@ static void test_pair_kernel_direct(void) {
         }
 }
 
+/* Claimed products (tpu_op_run_phase_claimed, tpu_op_run_blocks_claimed):
+ * nth threads at once, each taking units from one counter, must leave the
+ * reference kernel's bytes; through the blocks variant every element of
+ * out is reported exactly once per run. Shapes cut along rows (with the B panel
+ * kept packed where it fits), along columns (with the A panel), both ways
+ * past a panel, and skinny ones whose units take the few-row kernel. */
+typedef struct {
+    const tpu_op *op;
+    int ith, nth;
+    int64_t *claims;
+    const tpu_op_block_hook *hook;
+    tpu_status st;
+} claim_job;
+
+static void put_f32_or_bf16(unsigned char *p, tpu_dtype d, double v) {
+    float f = (float)v;
+    if (d == BF16) {
+        uint16_t h = tpu_f32_to_bf16(f);
+        memcpy(p, &h, 2);
+    } else {
+        memcpy(p, &f, 4);
+    }
+}
+
+static void *claim_run(void *p) {
+    claim_job *j = p;
+    j->st = j->hook ? tpu_op_run_blocks_claimed(j->op, j->ith, j->nth, j->hook, j->claims)
+                    : tpu_op_run_phase_claimed(j->op, 0, j->ith, j->nth, j->claims);
+    return NULL;
+}
+
+static void count_block(const tpu_op_block_hook *h, int ith, int64_t i0, int64_t mb, int64_t j0,
+                        int64_t nb) {
+    (void)ith;
+    int *seen = h->ctx;
+    const int64_t n = (int64_t)seen[-1]; /* the row length, stored before the counts */
+    for (int64_t i = i0; i < i0 + mb; i++)
+        for (int64_t j = j0; j < j0 + nb; j++)
+            seen[i * n + j]++;
+}
+
+static void test_mm_claimed(void) {
+    /* The A panel holds several row blocks and k blocks at 300x520x700,
+     * the B panel several k blocks at 600x600x200. */
+    static const int64_t shapes[][3] = {{512, 32, 512},  {600, 600, 200}, {128, 260, 1500},
+                                        {300, 520, 700}, {1300, 20, 1100}, {12, 40, 2000},
+                                        {9, 33, 9},      {2000, 20, 30},  {40, 600, 100}};
+    for (size_t q = 0; q < sizeof shapes / sizeof shapes[0]; q++)
+        for (int dt = 0; dt < 2; dt++) {
+                const int64_t m = shapes[q][0], k = shapes[q][1], n = shapes[q][2];
+                const tpu_dtype d = dt ? BF16 : F32;
+                const size_t es = tpu_dtype_size(d);
+                unsigned char *a = malloc((size_t)(m * k) * es), *b = malloc((size_t)(k * n) * es);
+                unsigned char *bias = malloc((size_t)n * es);
+                unsigned char *want = malloc((size_t)(m * n) * es), *got = malloc((size_t)(m * n) * es);
+                int *seen = calloc((size_t)(m * n + 1), sizeof *seen);
+                seen[0] = (int)n;
+                for (int64_t i = 0; i < m * k; i++)
+                    put_f32_or_bf16(a + (size_t)i * es, d, t_unit() * 2 - 1);
+                for (int64_t i = 0; i < k * n; i++)
+                    put_f32_or_bf16(b + (size_t)i * es, d, t_unit() * 2 - 1);
+                for (int64_t i = 0; i < n; i++)
+                    put_f32_or_bf16(bias + (size_t)i * es, d, t_unit());
+                tpu_op op;
+                memset(&op, 0, sizeof op);
+                op.code = TPU_OP_MATMUL;
+                op.fn = q % 2 ? TPU_MATMUL_ADDMM : TPU_MATMUL_MM;
+                op.n_in = q % 2 ? 3 : 2;
+                op.out = (tpu_tensor){.data = got, .sizes = {m, n}, .strides = {n, 1}, .ndim = 2,
+                                      .dtype = d, .storage = got, .storage_nbytes = m * n * (int64_t)es};
+                op.in[0] = (tpu_tensor){.data = a, .sizes = {m, k}, .strides = {k, 1}, .ndim = 2,
+                                        .dtype = d, .storage = a, .storage_nbytes = m * k * (int64_t)es};
+                /* Every other shape with B column-major (a Linear's weight). */
+                op.in[1] = (tpu_tensor){.data = b, .sizes = {k, n},
+                                        .strides = {q % 4 < 2 ? n : 1, q % 4 < 2 ? 1 : k}, .ndim = 2,
+                                        .dtype = d, .storage = b, .storage_nbytes = k * n * (int64_t)es};
+                op.in[2] = (tpu_tensor){.data = bias, .sizes = {m, n}, .strides = {0, 1}, .ndim = 2,
+                                        .dtype = d, .storage = bias, .storage_nbytes = n * (int64_t)es};
+                op.p.mm.alpha = 1.0;
+                op.p.mm.beta = 1.0;
+                op.p.mm.precision = TPU_PRECISION_HIGHEST;
+                CHECK_OK(tpu_op_check(&op));
+                tpu_kernels_set_reference(true);
+                CHECK_OK(tpu_op_run(&op, 0, 1));
+                memcpy(want, got, (size_t)(m * n) * es);
+                tpu_kernels_set_reference(false);
+                tpu_op_block_hook hook = {count_block, seen + 1};
+                for (int nth = 2; nth <= 4; nth++)
+                for (int blocks = 0; blocks < 2; blocks++) {
+                    memset(got, 0xab, (size_t)(m * n) * es);
+                    int64_t claims = 0;
+                    claim_job jobs[4];
+                    pthread_t tids[4];
+                    for (int i = 0; i < nth; i++) {
+                        jobs[i] = (claim_job){&op, i, nth, &claims, blocks ? &hook : NULL, TPU_OK};
+                        CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
+                    }
+                    for (int i = 0; i < nth; i++) {
+                        pthread_join(tids[i], NULL);
+                        CHECK_OK(jobs[i].st);
+                    }
+                    bool same = memcmp(want, got, (size_t)(m * n) * es) == 0;
+                    CHECK(same);
+                    if (!same)
+                        fprintf(stderr, "    claimed mm %lldx%lldx%lld %s nth=%d%s differs\n",
+                                (long long)m, (long long)k, (long long)n, dt ? "bf16" : "f32", nth,
+                                blocks ? " (blocks)" : "");
+                }
+                int64_t wrong = 0; /* three blocks runs: nth = 2, 3, 4 */
+                for (int64_t i = 0; i < m * n; i++)
+                    wrong += seen[i + 1] != 3;
+                CHECK(wrong == 0);
+                free(a), free(b), free(bias), free(want), free(got), free(seen);
+            }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
         run_row(&k_rows[i]);
     test_mm_flush_edges();
     test_mm_high_extremes();
     test_pair_kernel_direct();
+    test_mm_claimed();
     tpu_kernels_set_reference(false);
     return check_report();
 }

@@ -808,6 +808,16 @@ TPU_API tpu_status tpu_op_run_phase(const tpu_op *op, int phase, int ith, int nt
 /* tpu_op_run_phase(op, 0, ith, nth): the whole op for single-phase ops. */
 TPU_API tpu_status tpu_op_run(const tpu_op *op, int ith, int nth);
 
+/* tpu_op_run_phase, with `claims` shared by the nth shares of this run:
+ * the caller sets *claims to 0 before any of them starts and runs them
+ * at the same time. A kernel that divides its work into units (the
+ * packed matrix product) lets each share take the next unit with an
+ * atomic add on *claims until none is left, so a share on a slower core
+ * takes fewer units instead of holding up the run; other kernels take
+ * their fixed part. The bytes are tpu_op_run_phase's whoever takes what. */
+TPU_API tpu_status tpu_op_run_phase_claimed(const tpu_op *op, int phase, int ith, int nth,
+                                            int64_t *claims);
+
 /* Where a matrix product reports the blocks of its out it has finished:
  * fused mode runs a matmul's element-wise epilogue (bias, activation) on
  * each block while it is still in cache. run is called on the share's
@@ -829,6 +839,11 @@ struct tpu_op_block_hook {
  * hook. */
 TPU_API tpu_status tpu_op_run_blocks(const tpu_op *op, int ith, int nth,
                                      const tpu_op_block_hook *hook);
+
+/* tpu_op_run_blocks with units of work claimed from *claims as in
+ * tpu_op_run_phase_claimed: a share's part of out is the units it took. */
+TPU_API tpu_status tpu_op_run_blocks_claimed(const tpu_op *op, int ith, int nth,
+                                             const tpu_op_block_hook *hook, int64_t *claims);
 
 /* Instruction-set levels of the fast kernel variants, lowest first. Every
  * fast path has a portable C variant; AVX2 variants need avx2 and fma;
