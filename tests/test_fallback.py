@@ -134,3 +134,16 @@ def test_batch_norm_updates_running_statistics():
     free = torch.nn.BatchNorm1d(4, track_running_stats=False)
     torch.testing.assert_close(free.to("tpu")(x[:, :, 0, 0].to("tpu")).cpu(), free.cpu()(x[:, :, 0, 0]),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_reductions_past_the_record_rank_fall_back():
+    # Records describe at most 12 dims: sum, mean, var, std and their
+    # _mean and out= forms of a 13-dim tensor run on the CPU fallback.
+    x = torch.randn([2] * 13, dtype=torch.float64)
+    t = x.to("tpu")
+    for fn in (lambda v: v.sum(0), lambda v: v.mean((1, 2)), lambda v: v.var(0), lambda v: v.std(3),
+               lambda v: torch.var_mean(v, 1)[0], lambda v: torch.std_mean(v, 2)[1]):
+        torch.testing.assert_close(fn(t).cpu(), fn(x))
+    out = torch.empty(0, dtype=torch.float64, device="tpu")
+    torch.var(t, 4, out=out)
+    torch.testing.assert_close(out.cpu(), torch.var(x, 4))

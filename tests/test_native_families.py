@@ -171,6 +171,16 @@ def test_var_std_out_and_errors():
     check(torch.std(x, 0, correction=0, keepdim=True), out)
     with pytest.raises(RuntimeError, match="floating"):
         torch.var(torch.arange(6, device="tpu"))
+    # out= of another dtype: computed in a wider float's precision, refused
+    # for an integer one, as on the CPU.
+    h = randn(3, 40, dtype=torch.bfloat16) * 3
+    wide = torch.empty(0, dtype=torch.float64, device="tpu")
+    torch.var(h.to("tpu"), 1, out=wide)
+    check(torch.var(h, 1, out=torch.empty(0, dtype=torch.float64)), wide)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        torch.std(x.to("tpu"), 1, out=torch.empty(4, dtype=torch.int64, device="tpu"))
+    # A NaN correction divides by max(N - NaN, 0) = 0, as the CPU's does.
+    check(torch.var(x, 1, correction=float("nan")), torch.var(x.to("tpu"), 1, correction=float("nan")))
     with pytest.raises(IndexError):
         torch.std(x.to("tpu"), 2)
     g = randn(3, 8).requires_grad_()

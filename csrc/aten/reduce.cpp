@@ -22,7 +22,11 @@
 #include <ATen/ops/mean_ops.h>
 #include <ATen/ops/min_meta.h>
 #include <ATen/ops/prod_meta.h>
+#include <ATen/ops/std_mean_ops.h>
+#include <ATen/ops/std_ops.h>
 #include <ATen/ops/sum_ops.h>
+#include <ATen/ops/var_mean_ops.h>
+#include <ATen/ops/var_ops.h>
 #include <torch/library.h>
 
 #include <bitset>
@@ -430,41 +434,61 @@ using OptDtype = std::optional<at::ScalarType>;
 
 // var and std (and var_mean, std_mean): one REDUCE VAR or STD record,
 // two passes in f64 over each output's elements (PyTorch's CPU kernels
-// also accumulate float in double), divided by max(N - correction, 0);
-// the mean of the _mean forms is a MEAN record.
-at::Tensor variance(const ReduceKind& k, const at::Tensor& self, at::OptionalIntArrayRef dim,
-                    const std::optional<c10::Scalar>& correction, bool keepdim) {
-  TORCH_CHECK(at::isFloatingType(self.scalar_type()), k.name, ": only floating-point dtypes are supported on tpu, got ",
+// also accumulate float in double), divided by max(N - correction, 0),
+// rounded once to `type`; the mean of the _mean forms is a MEAN record.
+at::Tensor variance(const ReduceKind& k, const char* name, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                    const std::optional<c10::Scalar>& correction, bool keepdim, at::ScalarType type) {
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), name, ": only floating-point dtypes are supported on tpu, got ",
               self.scalar_type());
-  check_inputs(k, self, self.scalar_type(), std::nullopt);
+  check_inputs(k, self, type, std::nullopt);
   const uint32_t mask = reduce_mask(self, dim);
-  at::Tensor out = at::empty(reduced_shape(self, mask, keepdim), self.options());
+  at::Tensor out = at::empty(reduced_shape(self, mask, keepdim), self.options().dtype(type));
   const double corr = correction.has_value() ? correction->toDouble() : 1.0;
   const int64_t count = out.numel() > 0 ? self.numel() / out.numel() : 0;
   if (static_cast<double>(count) - corr <= 0)  // as the CPU warns
-    TORCH_WARN(k.code == TPU_REDUCE_STD ? "std" : "var", "(): degrees of freedom is <= 0. Correction should be ",
-               "strictly less than the reduction factor (input numel divided by output numel).");
+    TORCH_WARN(name, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction ",
+               "factor (input numel divided by output numel).");
   run(k, self, mask, keepdim, out, 0.0, corr);
   return out;
 }
 
+// Inputs of more than TPU_MAX_DIMS dims take the CPU fallback, as sum's.
 template <bool Sqrt>
 at::Tensor var_std(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction,
                    bool keepdim) {
-  return variance(Sqrt ? kStd : kVar, self, dim, correction, keepdim);
+  if (self.dim() > TPU_MAX_DIMS) {
+    using Op = std::conditional_t<Sqrt, at::_ops::std_correction, at::_ops::var_correction>;
+    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(self, dim, correction, keepdim);
+  }
+  return variance(Sqrt ? kStd : kVar, Sqrt ? "std" : "var", self, dim, correction, keepdim, self.scalar_type());
 }
 
 template <bool Sqrt>
 std::tuple<at::Tensor, at::Tensor> var_std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                                 const std::optional<c10::Scalar>& correction, bool keepdim) {
-  at::Tensor v = variance(Sqrt ? kStd : kVar, self, dim, correction, keepdim);
+  if (self.dim() > TPU_MAX_DIMS) {
+    using Op = std::conditional_t<Sqrt, at::_ops::std_mean_correction, at::_ops::var_mean_correction>;
+    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(self, dim, correction, keepdim);
+  }
+  at::Tensor v = variance(Sqrt ? kStd : kVar, Sqrt ? "std_mean" : "var_mean", self, dim, correction, keepdim,
+                          self.scalar_type());
   return {v, functional(kMean, self, dim, keepdim, std::nullopt)};
 }
 
+// out=: computed in out's dtype when it is floating (a bf16 input's
+// variance into an f64 out keeps f64's precision, as on the CPU); a
+// dtype the result cannot be cast to is an error, as on the CPU.
 template <bool Sqrt>
 at::Tensor& var_std_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
                         const std::optional<c10::Scalar>& correction, bool keepdim, at::Tensor& out) {
-  const at::Tensor r = variance(Sqrt ? kStd : kVar, self, dim, correction, keepdim);
+  if (self.dim() > TPU_MAX_DIMS) {
+    using Op = std::conditional_t<Sqrt, at::_ops::std_correction_out, at::_ops::var_correction_out>;
+    return at::native::call_fallback_fn<&cpu_fallback, Op>::call(self, dim, correction, keepdim, out);
+  }
+  TORCH_CHECK(at::canCast(self.scalar_type(), out.scalar_type()), "result type ", self.scalar_type(),
+              " can't be cast to the desired output type ", out.scalar_type());
+  const at::ScalarType type = at::isFloatingType(out.scalar_type()) ? out.scalar_type() : self.scalar_type();
+  const at::Tensor r = variance(Sqrt ? kStd : kVar, Sqrt ? "std" : "var", self, dim, correction, keepdim, type);
   at::native::resize_output(out, r.sizes());
   out.copy_(r);
   return out;

@@ -315,8 +315,6 @@ static tpu_status check_reduce(const tpu_op *op) {
         if (!tpu_dtype_is_float(a->dtype))
             return tpu_set_error(TPU_ERR_UNSUPPORTED_DTYPE, "%s: in[0] dtype %s is not supported "
                                  "(a variance is of floats)", name, tpu_dtype_name(a->dtype));
-        if (isnan(op->p.reduce.correction))
-            return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: correction is NaN", name);
         return check_float_out(op, "a variance is floating");
     case TPU_REDUCE_ANY:
     case TPU_REDUCE_ALL:

@@ -468,7 +468,7 @@ static void run_var(int fn, tpu_dtype idt, tpu_dtype odt, int ndim, const int64_
 static void test_var(void) {
     static const tpu_dtype pairs[][2] = {{F32, F32}, {F64, F64}, {BF16, BF16}, {F16, F16},
                                          {F32, F64}, {BF16, F32}};
-    static const double corrections[] = {1.0, 0.0, 2.5, -1.0, 40.0};
+    static const double corrections[] = {1.0, 0.0, 2.5, -1.0, 40.0, NAN};
     int rot = 0;
     for (int fn = TPU_REDUCE_VAR; fn <= TPU_REDUCE_STD; fn++)
         for (size_t s = 0; s < sizeof k_rshapes / sizeof k_rshapes[0]; s++) {
@@ -478,7 +478,7 @@ static void test_var(void) {
                     continue;
                 size_t p = (size_t)rot % (sizeof pairs / sizeof pairs[0]);
                 run_var(fn, pairs[p][0], pairs[p][1], nd, k_rshapes[s].sizes, mask, rot % L_COUNT,
-                        corrections[rot % 5], rot % 3);
+                        corrections[rot % 6], rot % 3);
             }
         }
     /* Long contiguous f32 rows (the 16 lanes and their tail), values
@@ -509,10 +509,6 @@ static void var_refusals(void) {
     op.p.reduce.mask = 1;
     op.p.reduce.correction = 1.0;
     CHECK_OK(tpu_op_check(&op));
-    op.p.reduce.correction = NAN;
-    CHECK_STATUS(tpu_op_check(&op), TPU_ERR_INVALID_ARG);
-    CHECK(strstr(tpu_last_error_message(), "correction is NaN") != NULL);
-    op.p.reduce.correction = 1.0;
     op.in[0] = (tpu_tensor){.data = xi, .sizes = {4}, .strides = {1}, .ndim = 1, .dtype = I32,
                             .storage = xi, .storage_nbytes = sizeof xi};
     CHECK_STATUS(tpu_op_check(&op), TPU_ERR_UNSUPPORTED_DTYPE);

@@ -263,9 +263,9 @@ typedef enum {
                          * as sqrt(sum x*x), 1 as sum |x|, inf as max |x|, -inf as min |x|, 0 as the
                          * count of nonzeros; float out; 0 over zero elements (inf and
                          * negative orders, -inf too: need elements) */
-    TPU_REDUCE_VAR,     /* variance in f64: sum (x - mean)^2 / max(count - p.reduce.correction, 0),
+    TPU_REDUCE_VAR,     /* variance in f64: sum (x - mean)^2 / fmax(count - p.reduce.correction, 0),
                          * mean = sum x / count, both sums in the order reduce.c states; float
-                         * in and out; NaN over zero elements */
+                         * in and out; NaN over zero elements (a NaN correction divides by 0) */
     TPU_REDUCE_STD,     /* sqrt of VAR's f64 result, rounded once */
     TPU_REDUCE_COUNT
 } tpu_reduce_fn;
