@@ -492,6 +492,27 @@ static int64_t pick_f32_run_plain(const float *x, int64_t count, bool largest) {
  * beats it; of +0 and -0, which compare equal, the first). A value pick
  * (AMAX, AMIN) that is not zero needs no second step. */
 
+/* The vector loops' scalar ends: elements [i, n) folded into the extreme
+ * m so far (and the NaN flag), or searched for the first match. */
+static float extreme_tail(const float *x, int64_t i, int64_t n, bool largest, float m, bool any_nan,
+                          bool *nan) {
+    for (; i < n; i++) {
+        if (isnan(x[i]))
+            any_nan = true;
+        else if (largest ? x[i] > m : x[i] < m)
+            m = x[i];
+    }
+    *nan = any_nan;
+    return m;
+}
+
+static int64_t first_match_tail(const float *x, int64_t i, int64_t n, bool want_nan, float m) {
+    for (; i < n; i++)
+        if (want_nan ? isnan(x[i]) : x[i] == m)
+            return i;
+    return n;
+}
+
 /* The largest (smallest) non-NaN float of x[0 .. n), or -inf (+inf) if
  * none; *nan tells whether x holds a NaN. MAXPS returns its second operand
  * when either is NaN, so a NaN in v leaves the accumulator as it was. */
@@ -522,15 +543,7 @@ __attribute__((target("avx512f"))) static float extreme_f32_avx512(const float *
         a0 = _mm512_min_ps(_mm512_min_ps(a0, a1), _mm512_min_ps(a2, a3));
     }
     float m = largest ? _mm512_reduce_max_ps(a0) : _mm512_reduce_min_ps(a0);
-    bool any_nan = bad != 0;
-    for (; i < n; i++) {
-        if (isnan(x[i]))
-            any_nan = true;
-        else if (largest ? x[i] > m : x[i] < m)
-            m = x[i];
-    }
-    *nan = any_nan;
-    return m;
+    return extreme_tail(x, i, n, largest, m, bad != 0, nan);
 }
 
 /* The first i < n with x[i] NaN (want_nan) or x[i] == m, or n. */
@@ -545,10 +558,7 @@ __attribute__((target("avx512f"))) static int64_t first_match_f32_avx512(const f
         if (hit)
             return i + __builtin_ctz((unsigned)hit);
     }
-    for (; i < n; i++)
-        if (want_nan ? isnan(x[i]) : x[i] == m)
-            return i;
-    return n;
+    return first_match_tail(x, i, n, want_nan, m);
 }
 
 __attribute__((target("avx2,fma"))) static float extreme_f32_avx2(const float *x, int64_t n,
@@ -568,15 +578,7 @@ __attribute__((target("avx2,fma"))) static float extreme_f32_avx2(const float *x
     float m = lanes[0];
     for (int j = 1; j < 8; j++)
         m = largest ? (lanes[j] > m ? lanes[j] : m) : (lanes[j] < m ? lanes[j] : m);
-    bool any_nan = _mm256_movemask_ps(bad) != 0;
-    for (; i < n; i++) {
-        if (isnan(x[i]))
-            any_nan = true;
-        else if (largest ? x[i] > m : x[i] < m)
-            m = x[i];
-    }
-    *nan = any_nan;
-    return m;
+    return extreme_tail(x, i, n, largest, m, _mm256_movemask_ps(bad) != 0, nan);
 }
 
 __attribute__((target("avx2,fma"))) static int64_t first_match_f32_avx2(const float *x, int64_t n,
@@ -590,10 +592,7 @@ __attribute__((target("avx2,fma"))) static int64_t first_match_f32_avx2(const fl
         if (hit)
             return i + __builtin_ctz((unsigned)hit);
     }
-    for (; i < n; i++)
-        if (want_nan ? isnan(x[i]) : x[i] == m)
-            return i;
-    return n;
+    return first_match_tail(x, i, n, want_nan, m);
 }
 #endif
 
