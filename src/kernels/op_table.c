@@ -772,6 +772,26 @@ int64_t *tpu_k_share_claims(void) {
     return t_claims;
 }
 
+void tpu_k_parts_init(tpu_k_parts *p, int64_t n, int64_t chunk, int ith, int nth) {
+    *p = (tpu_k_parts){n, chunk > 0 ? chunk : 1, nth > 1 ? t_claims : NULL, ith, nth, false};
+}
+
+bool tpu_k_parts_next(tpu_k_parts *p, int64_t *start, int64_t *end) {
+    if (p->claims != NULL) {
+        int64_t s = __atomic_fetch_add(p->claims, p->chunk, __ATOMIC_RELAXED);
+        if (s >= p->n)
+            return false;
+        *start = s;
+        *end = p->n - s > p->chunk ? s + p->chunk : p->n;
+        return true;
+    }
+    if (p->done)
+        return false;
+    p->done = true;
+    tpu_k_split(p->n, p->ith, p->nth, start, end);
+    return *start < *end;
+}
+
 tpu_status tpu_op_run_phase_claimed(const tpu_op *op, int phase, int ith, int nth,
                                     int64_t *claims) {
     int64_t *saved = t_claims;

@@ -1038,6 +1038,44 @@ static void test_mm_claimed(void) {
             }
 }
 
+/* Row kernels claim chunks of rows (tpu_k_parts): a softmax over 1000
+ * rows on 2-4 threads at once must leave the bytes of one share alone. */
+static void test_rows_claimed(void) {
+    enum { R = 1000, C = 77 };
+    static float x[R * C], want[R * C], got[R * C];
+    for (int i = 0; i < R * C; i++)
+        x[i] = (float)(t_unit() * 20 - 10);
+    tpu_op op;
+    memset(&op, 0, sizeof op);
+    op.code = TPU_OP_SOFTMAX;
+    op.fn = TPU_SOFTMAX_FORWARD;
+    op.n_in = 1;
+    op.in[0] = (tpu_tensor){.data = x, .sizes = {R, C}, .strides = {C, 1}, .ndim = 2, .dtype = F32,
+                            .storage = x, .storage_nbytes = sizeof x};
+    op.out = (tpu_tensor){.data = want, .sizes = {R, C}, .strides = {C, 1}, .ndim = 2, .dtype = F32,
+                          .storage = want, .storage_nbytes = sizeof want};
+    op.p.softmax.dim = 1;
+    CHECK_OK(tpu_op_check(&op));
+    CHECK_OK(tpu_op_run(&op, 0, 1));
+    op.out.data = op.out.storage = got;
+    for (int nth = 2; nth <= 4; nth++) {
+        memset(got, 0xab, sizeof got);
+        int64_t claims = 0;
+        claim_job jobs[4];
+        pthread_t tids[4];
+        for (int i = 0; i < nth; i++) {
+            jobs[i] = (claim_job){&op, i, nth, &claims, NULL, TPU_OK};
+            CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
+        }
+        for (int i = 0; i < nth; i++) {
+            pthread_join(tids[i], NULL);
+            CHECK_OK(jobs[i].st);
+        }
+        CHECK(memcmp(want, got, sizeof got) == 0);
+        CHECK(claims >= R); /* every row was claimed */
+    }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
         run_row(&k_rows[i]);
@@ -1045,6 +1083,7 @@ int main(void) {
     test_mm_high_extremes();
     test_pair_kernel_direct();
     test_mm_claimed();
+    test_rows_claimed();
     tpu_kernels_set_reference(false);
     return check_report();
 }
