@@ -848,10 +848,9 @@ tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op
         return TPU_OK;
     }
     const int64_t gm = (m + um - 1) / um, units = gm * ((n + un - 1) / un);
-    for (;;) {
-        int64_t u = __atomic_fetch_add(claims, 1, __ATOMIC_RELAXED);
-        if (u >= units)
-            break;
+    tpu_k_parts parts;
+    tpu_k_parts_init(&parts, units, 1, ith, nth);
+    for (int64_t u, u_end; tpu_k_parts_next(&parts, &u, &u_end);) {
         int64_t i0 = u % gm * um, j0 = u / gm * un;
         int64_t i1 = i0 + um < m ? i0 + um : m, j1 = j0 + un < n ? j0 + un : n;
         if (tpu_k_gemv(op, i0, i1, j0, j1)) {

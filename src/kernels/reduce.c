@@ -1,8 +1,9 @@
 /* Reductions over the dims in p.reduce.mask: SUM and MEAN (below, with
- * their fast paths), VAR and STD (two passes, reduce_var), and PROD, AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the
- * reference loop, reduce_other; ANY/ALL of trailing bool runs and the
- * AMAX ... ARGMIN of trailing f32 runs also in reduce_trailing, the
- * latter with vector loops, pick_f32_run).
+ * their fast paths), VAR and STD (two passes, var_of), and PROD,
+ * AMAX/AMIN, ARGMAX/ARGMIN, ANY/ALL (in the reference loop, reduce_other;
+ * ANY/ALL of trailing bool runs and the AMAX ... ARGMIN of trailing f32
+ * runs also in reduce_trailing, the latter with vector loops,
+ * pick_f32_run).
  *
  * Accumulation type follows out.dtype: f64 for float outputs (each input
  * loaded as f64), wrapping int64 for integer and bool outputs (each input
@@ -175,82 +176,20 @@ static void reduce_other(const tpu_op *op, tpu_k_iter *inner, int64_t base, int6
     }
     case TPU_REDUCE_SUM:
     case TPU_REDUCE_MEAN:
-    case TPU_REDUCE_VAR: /* reduce_var */
+    case TPU_REDUCE_VAR: /* var_of */
     case TPU_REDUCE_STD:
     case TPU_REDUCE_COUNT: break;
     }
 }
 
-/* ------------------------------------------------------ VAR and STD */
-
+/* VAR and STD of one output (below, with the sums' lanes). */
 static bool is_var(const tpu_op *op) {
     return op->fn == TPU_REDUCE_VAR || op->fn == TPU_REDUCE_STD;
 }
-
-static double sum_f32_run(sum_kind k, const float *x, int64_t n);
-static double sum_f32_run_plain(sum_kind k, const float *x, int64_t n);
-static double sq_dev_f32_run(const float *x, int64_t n, double mean);
-static double sq_dev_f32_run_plain(const float *x, int64_t n, double mean);
-static int32_t trailing_block(const tpu_op *op);
-
-/* Two passes over each output's elements in f64: the mean, then the sum
- * of squared deviations from it (no cancellation, as a one-pass sum of
- * squares would suffer). Runs of aligned contiguous f32 take the sums'
- * 16 lanes, in both kernel modes (the reference mode runs the plain
- * loop, the same order); any other layout or dtype adds in the reduced
- * dims' row-major order. So the bytes depend on the layout, not on the
- * mode, the instruction set or the thread count. */
-static tpu_status reduce_var(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *o = &op->out, *in = &op->in[0];
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
-    if (start >= end)
-        return TPU_OK;
-    const int64_t *outer_strides[2] = {o->strides, in->strides};
-    tpu_k_iter outer;
-    tpu_k_iter_init(&outer, o->ndim, o->sizes, 2, outer_strides, start);
-    int64_t inner_sizes[TPU_MAX_DIMS];
-    for (int32_t d = 0; d < in->ndim; d++)
-        inner_sizes[d] = (op->p.reduce.mask >> d) & 1u ? in->sizes[d] : 1;
-    const int64_t *inner_strides[1] = {in->strides};
-    const int64_t count = reduced_count(op);
-    const bool runs = count > 0 && in->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(in) &&
-                      trailing_block(op) >= 0;
-    const bool plain = tpu_kernels_get_reference();
-    for (int64_t i = start; i < end; i++, tpu_k_iter_next(&outer)) {
-        double ss = 0.0;
-        if (runs) {
-            const float *x = (const float *)tpu_k_ptr(in, outer.off[1]);
-            double mean = (plain ? sum_f32_run_plain(SUM_VALUE, x, count)
-                                 : sum_f32_run(SUM_VALUE, x, count)) /
-                          (double)count;
-            ss = plain ? sq_dev_f32_run_plain(x, count, mean) : sq_dev_f32_run(x, count, mean);
-        } else {
-            tpu_k_iter inner;
-            tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
-            double sum = 0.0;
-            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner))
-                sum += tpu_k_load_f64(tpu_k_ptr(in, outer.off[1] + inner.off[0]), in->dtype);
-            const double mean = sum / (double)count; /* NaN over zero elements */
-            tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
-            for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&inner)) {
-                double d = tpu_k_load_f64(tpu_k_ptr(in, outer.off[1] + inner.off[0]), in->dtype) - mean;
-                ss += d * d;
-            }
-            if (count == 0)
-                ss = NAN;
-        }
-        double v = ss / fmax((double)count - op->p.reduce.correction, 0.0);
-        if (isnan(v)) /* one NaN whatever operand order the sums' code took */
-            v = NAN;
-        tpu_k_store_f64(tpu_k_ptr(o, outer.off[0]), o->dtype, op->fn == TPU_REDUCE_STD ? sqrt(v) : v);
-    }
-    return TPU_OK;
-}
+static bool var_runs(const tpu_op *op);
+static double var_of(const tpu_op *op, tpu_k_iter *inner, int64_t base, int64_t count, bool runs);
 
 tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
-    if (is_var(op))
-        return reduce_var(op, ith, nth);
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     int64_t start, end;
     tpu_k_split(tpu_k_numel(o), ith, nth, &start, &end);
@@ -268,13 +207,16 @@ tpu_status tpu_k_reduce_ref(const tpu_op *op, int ith, int nth) {
     const int64_t *inner_strides[1] = {in->strides};
     int64_t count = reduced_count(op);
     bool float_out = tpu_dtype_is_float(o->dtype);
+    const bool runs = is_var(op) && var_runs(op);
 
     for (int64_t i = start; i < end; i++, tpu_k_iter_next(&outer)) {
         int64_t base = outer.off[1];
         tpu_k_iter inner;
         tpu_k_iter_init(&inner, in->ndim, inner_sizes, 1, inner_strides, 0);
         char *dst = tpu_k_ptr(o, outer.off[0]);
-        if (op->fn != TPU_REDUCE_SUM && op->fn != TPU_REDUCE_MEAN) {
+        if (is_var(op)) {
+            tpu_k_store_f64(dst, o->dtype, var_of(op, &inner, base, count, runs));
+        } else if (op->fn != TPU_REDUCE_SUM && op->fn != TPU_REDUCE_MEAN) {
             reduce_other(op, &inner, base, count, dst);
         } else if (float_out) {
             double acc = 0.0;
@@ -449,6 +391,49 @@ static int32_t trailing_block(const tpu_op *op) {
     if ((mask & ((1u << first) - 1u)) != 0 || first == in->ndim)
         return -1;
     return row_major_from(in, first) ? first : -1;
+}
+
+/* Whether VAR's outputs are runs of aligned contiguous f32, summed in the
+ * lanes above in both kernel modes (the reference mode runs the plain
+ * loops, the same order). */
+static bool var_runs(const tpu_op *op) {
+    const tpu_tensor *in = &op->in[0];
+    return reduced_count(op) > 0 && in->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(in) &&
+           trailing_block(op) >= 0;
+}
+
+/* VAR or STD of the `count` elements inner walks from base: two passes in
+ * f64, the mean and then the sum of squared deviations from it (no
+ * cancellation, as a one-pass sum of squares would suffer). Runs take the
+ * 16 lanes, any other layout or dtype the reduced dims' row-major order,
+ * so the bytes depend on the layout, not on the mode, the instruction set
+ * or the thread count. */
+static double var_of(const tpu_op *op, tpu_k_iter *inner, int64_t base, int64_t count, bool runs) {
+    const tpu_tensor *in = &op->in[0];
+    double ss = 0.0;
+    if (runs) {
+        const bool plain = tpu_kernels_get_reference();
+        const float *x = (const float *)tpu_k_ptr(in, base);
+        double mean = (plain ? sum_f32_run_plain(SUM_VALUE, x, count) : sum_f32_run(SUM_VALUE, x, count)) /
+                      (double)count;
+        ss = plain ? sq_dev_f32_run_plain(x, count, mean) : sq_dev_f32_run(x, count, mean);
+    } else {
+        tpu_k_iter again = *inner; /* the second pass walks the same elements */
+        double sum = 0.0;
+        for (int64_t r = 0; r < count; r++, tpu_k_iter_next(inner))
+            sum += tpu_k_load_f64(tpu_k_ptr(in, base + inner->off[0]), in->dtype);
+        const double mean = sum / (double)count; /* NaN over zero elements */
+        for (int64_t r = 0; r < count; r++, tpu_k_iter_next(&again)) {
+            double d = tpu_k_load_f64(tpu_k_ptr(in, base + again.off[0]), in->dtype) - mean;
+            ss += d * d;
+        }
+        if (count == 0)
+            ss = NAN;
+    }
+    double v = ss / fmax((double)count - op->p.reduce.correction, 0.0);
+    if (isnan(v)) /* one NaN whatever operand order the sums' code took */
+        v = NAN;
+    return op->fn == TPU_REDUCE_STD ? sqrt(v) : v;
 }
 
 /* ANY/ALL of one contiguous run of bool bytes, stopping at the first
@@ -923,8 +908,8 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
  * runs; the picks (AMAX ... ARGMIN) of nonempty trailing f32 runs. The
  * rest is reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
-    if (is_var(op))
-        return reduce_var(op, ith, nth);
+    if (is_var(op)) /* one walk in both modes; var_of picks its loops */
+        return tpu_k_reduce_ref(op, ith, nth);
     if (is_pick(op) && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
         trailing_block(op) >= 0 && reduced_count(op) > 0)
         return reduce_trailing(op, ith, nth);
