@@ -220,6 +220,30 @@ uint64_t tpu_rt_now_ns(void);
  * never yields keeps the thread it waits for off the core. */
 bool tpu_rt_poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_t ns);
 
+/* A lock for sections of a few hundred nanoseconds that must not end in a
+ * full barrier: its release is a plain release store, where unlocking a
+ * pthread mutex drains the store buffer (a few hundred nanoseconds after
+ * writing lines another core holds). A waiter spins, yielding the core
+ * every few polls. Never held across a wait. */
+void tpu_rt_spin_lock(_Atomic bool *lock);
+void tpu_rt_spin_unlock(_Atomic bool *lock);
+
+/* An asymmetric store-load barrier pair, for a Dekker handshake whose one
+ * side runs on every queued record and the other only before a thread
+ * sleeps: "I stored X, did the barrier, then loaded Y" on both sides
+ * means at least one side sees the other's store.
+ *   tpu_rt_light_barrier  the hot side: a compiler barrier where the
+ *                         kernel can make the heavy side interrupt every
+ *                         thread of the process (Linux membarrier), else
+ *                         a full fence
+ *   tpu_rt_heavy_barrier  the sleeping side: that process-wide barrier
+ *                         (about 2 us), else a full fence */
+void tpu_rt_light_barrier(void);
+void tpu_rt_heavy_barrier(void);
+/* Sets the pair up; call before starting a thread that uses it. Once
+ * registered, the process-wide barrier cannot fail. */
+void tpu_rt_barriers_setup(void);
+
 /* ---------------------------------------------------------------- mode.c */
 
 /* Sets the initial mode from the configuration; called once by init. */

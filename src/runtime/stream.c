@@ -12,6 +12,12 @@
  * between the wait hooks (see wait.c), so a Python caller gives up the GIL
  * while it waits.
  *
+ * Submitters take the stream's submit_lock among themselves; the worker
+ * takes no lock to find, run and free a record. The two sides meet only
+ * through atomic counters (the ring's tail and head, submitted_seq and
+ * completed_seq) and, when one of them sleeps, a mutex and condition
+ * variables (see the struct for the protocol).
+ *
  * Every record gets the next sequence number of its stream when it is
  * queued (submitted_seq) and the worker publishes the number of the last
  * record it has run (completed_seq). Waiting for "everything so far" is
@@ -92,38 +98,77 @@ typedef struct {
 _Static_assert(sizeof(ring_head) == 16 && TPU_STREAM_RING_BYTES % 16 == 0,
                "entries and the ring must keep 16-byte alignment");
 
+/* The fields are grouped by who writes them, one cache line per group,
+ * so that the submitting thread and the worker do not pull each other's
+ * lines for nothing: on the hot path a queued record costs the worker's
+ * read of the submitters' line and the submitter's read of the worker's
+ * completed_seq (the allocator's), and nothing else but the entry's bytes.
+ * No lock is taken on that path by the worker, nor by a lone submitter
+ * beyond its own uncontended submit_lock.
+ *
+ * The ring's positions are byte counters that only grow: `tail` is every
+ * byte ever queued (pads included), `head` every byte freed; the offset in
+ * the buffer is the counter modulo TPU_STREAM_RING_BYTES. Submitters write
+ * only in [tail, head + TPU_STREAM_RING_BYTES), the worker reads only in
+ * [head, tail). */
 struct tpu_stream {
+    /* Set at creation, then only read. */
     int chip;
     int index;
-    pthread_mutex_t lock;
+    unsigned char *ring;
+    struct fuse_state *fuse; /* the worker's, made on first use */
+
+    /* Written by submitters, under submit_lock (a spin lock: see
+     * tpu_rt_spin_lock). The worker polls submitted_seq, so the lock has
+     * a line of its own: taking it must not wait for the worker's copy of
+     * the counters. head_seen is the last head a submitter read, so that
+     * the room check reads the worker's line only when the ring looks
+     * full. */
+    _Alignas(64) atomic_bool submit_lock;
+    _Alignas(64) _Atomic uint64_t tail;
+    _Atomic uint64_t submitted_seq;
+    uint64_t head_seen;
+
+    /* Written by the worker (completed_seq also by a debug-mode submitter
+     * that runs a record inline). Both never go backwards; readers take
+     * them with acquire. */
+    _Alignas(64) _Atomic uint64_t head;
+    _Atomic uint64_t completed_seq;
+
+    /* Who sleeps, and why: written when a thread goes to sleep or wakes,
+     * read by the other side on every record, so they sit apart from the
+     * counters. Each sleeper stores its flag, then checks its condition
+     * under `lock`; each waker stores its counter, then reads the flag
+     * and, if set, signals under `lock`. A store-load barrier on both
+     * sides means that either the sleeper sees the new counter or the
+     * waker sees the flag, and a signal given under the lock cannot fall
+     * between the sleeper's check and its wait. The barriers are seq_cst
+     * accesses, except between a submitter and the sleeping worker: there
+     * the submitter, once per record, has only tpu_rt_light_barrier and
+     * the worker, before it sleeps, tpu_rt_heavy_barrier. A full barrier
+     * after packing a record would wait for the entry's cache lines to
+     * come back from the worker's core: about 200 ns a record.
+     *   worker_sleeping  the worker waits on work_cv (idle, or holding)
+     *   done_waiters     host threads wait on done_cv for completed_seq
+     *   space_waiters    submitters wait on space_cv for room (head)
+     * Fused mode (see "holding" below): `holding` says the worker holds a
+     * run, so that only an entry that ends it, a threshold or a flush
+     * wakes it; `flush_seq` is the highest record a host thread waits
+     * for: held records up to it must run now. */
+    _Alignas(64) _Atomic bool worker_sleeping;
+    _Atomic bool holding;
+    _Atomic int done_waiters, space_waiters;
+    _Atomic uint64_t flush_seq;
+
+    /* Sleeping and waking, and the kept error. */
+    _Alignas(64) pthread_mutex_t lock;
     pthread_cond_t work_cv;  /* the worker waits for a runnable head */
     pthread_cond_t done_cv;  /* waiters for completed_seq */
-    pthread_cond_t space_cv; /* submitters waiting for a free slot */
-    /* Who sleeps on each condition, under lock: a signal nobody waits for
-     * is skipped, which spares a futex call on every queued record. */
-    bool worker_sleeping;
-    int done_waiters, space_waiters;
-    /* The ring, under lock: `used` bytes of entries (pads included) from
-     * byte `head` on, circularly. The worker unpacks the head entry and
-     * frees its bytes after it has run, so a submitter never overwrites
-     * an entry before its record has run. */
-    unsigned char *ring;
-    uint32_t head, used;
-    /* Both are written only under `lock` (so they never go backwards) and
-     * read without it by queries and by the allocator. */
-    _Atomic uint64_t submitted_seq;
-    _Atomic uint64_t completed_seq;
+    pthread_cond_t space_cv; /* submitters waiting for room */
     /* The first kernel error not yet reported, under lock. */
     tpu_status error;
     uint64_t error_seq;
     char error_msg[TPU_MSG_MAX];
-    /* Fused mode (see "holding" below). `holding`: the worker sleeps on
-     * held records, so only an entry that ends the run, a threshold or a
-     * flush request wakes it. `flush_seq`: the highest record a host thread
-     * waits for; held records up to it must run now. */
-    _Atomic bool holding;
-    _Atomic uint64_t flush_seq;
-    struct fuse_state *fuse; /* the worker's, made on first use */
 };
 
 /* Streams are created on first use and never destroyed. A slot is written
@@ -135,6 +180,10 @@ static pthread_mutex_t g_create_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_uint g_next_pool[TPU_CHIPS_MAX];
 
 static const char k_blocking_hint[] = ". Run with TPU_LAUNCH_BLOCKING=1 to raise it at the call.";
+
+/* Set on stream workers: what they free queues no mark (a full ring
+ * would make a worker wait for itself), and their waits need no hooks. */
+static _Thread_local bool t_is_worker;
 
 /* ------------------------------------------------------------ sequences */
 
@@ -164,20 +213,22 @@ uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
 #define HOST_SPIN_NS 30000
 #define WORKER_SPIN_NS 50000
 
-/* Fused mode: asks the worker to run held records up to `seq` now. The
- * seq_cst pair (flush_seq here, then holding; holding, then flush_seq in
- * the worker) means that either the worker sees the request before it
- * sleeps or this thread sees it holding and wakes it, under the lock. */
+/* Wakes the worker if it sleeps (see the struct: the caller has stored,
+ * seq_cst, what the worker's condition reads). */
+static void wake_worker(tpu_stream *s) {
+    if (atomic_load(&s->worker_sleeping)) {
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_signal(&s->work_cv);
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* Fused mode: asks the worker to run held records up to `seq` now. */
 static void request_flush(tpu_stream *s, uint64_t seq) {
     uint64_t cur = atomic_load(&s->flush_seq);
     while (cur < seq && !atomic_compare_exchange_weak(&s->flush_seq, &cur, seq)) {
     }
-    if (atomic_load(&s->holding)) {
-        pthread_mutex_lock(&s->lock);
-        if (s->worker_sleeping)
-            pthread_cond_signal(&s->work_cv);
-        pthread_mutex_unlock(&s->lock);
-    }
+    wake_worker(s);
 }
 
 void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
@@ -188,32 +239,29 @@ void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
         return;
     tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
-    s->done_waiters++;
-    while (atomic_load_explicit(&s->completed_seq, memory_order_relaxed) < seq)
+    atomic_fetch_add(&s->done_waiters, 1);
+    while (atomic_load(&s->completed_seq) < seq)
         pthread_cond_wait(&s->done_cv, &s->lock);
-    s->done_waiters--;
+    atomic_fetch_sub(&s->done_waiters, 1);
     pthread_mutex_unlock(&s->lock);
     tpu_rt_wait_end(token);
 }
 
-/* Marks record `seq` done and wakes everyone who may wait for it. Runs
- * under s->lock; records complete in order. */
-static void complete_locked(tpu_stream *s, uint64_t seq) {
-    assert(seq == atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1);
-    /* Release: publishes the record's effects to acquiring readers. */
-    atomic_store_explicit(&s->completed_seq, seq, memory_order_release);
-    if (s->done_waiters > 0)
+/* Marks every record up to `seq` done and wakes whoever waits for it:
+ * host threads, and the worker when a debug-mode submitter completes a
+ * record it ran inline. Records complete in order. */
+static void complete_upto(tpu_stream *s, uint64_t seq) {
+    assert(seq > atomic_load_explicit(&s->completed_seq, memory_order_relaxed));
+    /* seq_cst: publishes the records' effects to acquiring readers, and
+     * orders the store before the flag reads below. */
+    atomic_store(&s->completed_seq, seq);
+    if (atomic_load(&s->done_waiters) > 0) {
+        pthread_mutex_lock(&s->lock);
         pthread_cond_broadcast(&s->done_cv);
-    /* The worker may be waiting for an inline record to finish. */
-    if (s->worker_sleeping)
-        pthread_cond_signal(&s->work_cv);
-}
-
-/* Marks every record up to `seq` done (a held run, all run). Under lock. */
-static void complete_upto_locked(tpu_stream *s, uint64_t seq) {
-    atomic_store_explicit(&s->completed_seq, seq, memory_order_release);
-    if (s->done_waiters > 0)
-        pthread_cond_broadcast(&s->done_cv);
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (!t_is_worker)
+        wake_worker(s);
 }
 
 /* ---------------------------------------------------------------- errors */
@@ -250,9 +298,6 @@ tpu_status tpu_stream_take_error(tpu_stream *s, uint64_t upto_seq) {
 
 /* --------------------------------------------------------------- running */
 
-/* Set on stream workers: what they free queues no mark (a full ring
- * would make a worker wait for itself), and their waits need no hooks. */
-static _Thread_local bool t_is_worker;
 
 /* Runs one record on the calling thread (the worker, or the submitter in
  * debug mode). On error the thread's message says why. */
@@ -285,25 +330,39 @@ static tpu_status entry_run(tpu_stream *s, entry *e) {
     return TPU_ERR_INTERNAL;
 }
 
-/* The head entry of a non-empty ring. */
-static const ring_head *head_entry_locked(const tpu_stream *s) {
-    return (const ring_head *)(s->ring + s->head);
+/* The entry that starts at ring counter `at`. */
+static const ring_head *entry_at(const tpu_stream *s, uint64_t at) {
+    return (const ring_head *)(s->ring + at % TPU_STREAM_RING_BYTES);
 }
 
-/* Drops a pad at the head: the entries go on at the start of the ring. */
-static void skip_pad_locked(tpu_stream *s) {
-    if (s->used > 0 && head_entry_locked(s)->kind == ENTRY_PAD) {
-        s->used -= head_entry_locked(s)->nbytes;
-        s->head = 0;
+/* The worker frees the ring up to counter `head`; a submitter may be
+ * waiting for the room. */
+static void free_upto(tpu_stream *s, uint64_t head) {
+    atomic_store(&s->head, head); /* seq_cst: before the flag read (see the struct) */
+    if (atomic_load(&s->space_waiters) > 0) {
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_broadcast(&s->space_cv);
+        pthread_mutex_unlock(&s->lock);
     }
 }
 
-/* The head may run once every earlier record has completed: normally at
- * once, later while a debug-mode submitter runs a record inline. */
-static bool head_runnable_locked(tpu_stream *s) {
-    skip_pad_locked(s);
-    return s->used > 0 && head_entry_locked(s)->seq ==
-                              atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1;
+/* The head entry, if it can run now (the worker's view): queued, a pad
+ * before it dropped, and every earlier record completed (a debug-mode
+ * submitter may be running one inline). NULL otherwise. */
+static const ring_head *runnable_head(tpu_stream *s) {
+    uint64_t head = atomic_load_explicit(&s->head, memory_order_relaxed);
+    uint64_t tail = atomic_load(&s->tail); /* seq_cst: see the struct */
+    if (head == tail)
+        return NULL;
+    const ring_head *h = entry_at(s, head);
+    if (h->kind == ENTRY_PAD) {
+        /* Queued with the entry after it, at the start of the buffer. */
+        head += h->nbytes;
+        assert(head != tail);
+        atomic_store_explicit(&s->head, head, memory_order_release);
+        h = entry_at(s, head);
+    }
+    return h->seq == atomic_load(&s->completed_seq) + 1 ? h : NULL;
 }
 
 /* Rebuilds the entry whose head is h (see enqueue). */
@@ -418,25 +477,22 @@ static void log_group(const tpu_stream *s, const tpu_fuse_plan *p) {
             s->chip, s->index, p->n_steps, shapes, names, p->n_elided, p->bytes_elided);
 }
 
-/* The run of held entries at the head, as the worker scans it under lock. */
+/* The run of held entries at the head, as the worker scans it. */
 typedef struct {
-    int n;            /* entries (pads not counted) */
-    bool ended;       /* an entry without `hold` follows */
-    uint32_t bytes;   /* ring bytes they take, pads included */
-    uint32_t end_off; /* where the entry after them starts */
+    int n;        /* entries (pads not counted) */
+    bool ended;   /* an entry without `hold` follows */
+    uint64_t end; /* the ring counter after them (and their pads) */
 } held_run;
 
-static void scan_held_locked(const tpu_stream *s, held_run *r) {
-    uint32_t off = s->head, left = s->used;
+static void scan_held(const tpu_stream *s, held_run *r) {
+    uint64_t at = atomic_load_explicit(&s->head, memory_order_relaxed);
+    const uint64_t tail = atomic_load(&s->tail); /* seq_cst: see the struct */
     r->n = 0;
     r->ended = false;
-    r->bytes = 0;
-    while (left > 0 && r->n < HOLD_MAX_ENTRIES) {
-        const ring_head *h = (const ring_head *)(s->ring + off);
+    while (at < tail && r->n < HOLD_MAX_ENTRIES) {
+        const ring_head *h = entry_at(s, at);
         if (h->kind == ENTRY_PAD) {
-            left -= h->nbytes;
-            r->bytes += h->nbytes;
-            off = 0;
+            at += h->nbytes;
             continue;
         }
         if (h->hold == HOLD_NONE || (h->hold == HOLD_STARTS && r->n > 0)) {
@@ -444,11 +500,9 @@ static void scan_held_locked(const tpu_stream *s, held_run *r) {
             break;
         }
         r->n++;
-        left -= h->nbytes;
-        r->bytes += h->nbytes;
-        off = (off + h->nbytes) % TPU_STREAM_RING_BYTES;
+        at += h->nbytes;
     }
-    r->end_off = off;
+    r->end = at;
 }
 
 /* Keeps the first error of a run: its op, number and message. */
@@ -529,19 +583,16 @@ static void run_marks(const tpu_stream *s, const struct fuse_state *f, int i, in
             tpu_mem_mark_ran(s->chip, &f->marks[k], !(unwritten && unwritten[k]));
 }
 
-/* Runs the held run r (unlocked: the worker alone reads [head, head +
- * used)), keeping its first error in *err. */
+/* Runs the held run r, keeping its first error in *err. */
 static void run_held(tpu_stream *s, const held_run *r, run_error *err) {
     const tpu_target *target = tpu_target_get();
     struct fuse_state *f = fuse_state_of(s);
-    uint32_t off = s->head;
+    uint64_t at = atomic_load_explicit(&s->head, memory_order_relaxed);
     for (int n = 0; n < r->n;) {
-        const ring_head *h = (const ring_head *)(s->ring + off);
-        if (h->kind == ENTRY_PAD) {
-            off = 0;
+        const ring_head *h = entry_at(s, at);
+        at += h->nbytes;
+        if (h->kind == ENTRY_PAD)
             continue;
-        }
-        off = (off + h->nbytes) % TPU_STREAM_RING_BYTES;
         if (!f) { /* no host memory for planning: one by one */
             entry e;
             entry_unpack(h, &e);
@@ -604,163 +655,161 @@ static struct timespec deadline_after(uint64_t start_ns, uint64_t ns) {
     return (struct timespec){.tv_sec = (time_t)(t / 1000000000u), .tv_nsec = (long)(t % 1000000000u)};
 }
 
-/* The worker's turn when the head entry is held: waits (under lock) until
- * the run is due, runs it unlocked, then completes it. */
-static void run_held_locked(tpu_stream *s) {
-    uint64_t start = tpu_rt_now_ns(), first = head_entry_locked(s)->seq;
+/* The worker's turn when the head entry (record `first`) is held: waits
+ * until the run is due, runs it, then completes it. */
+static void run_held_due(tpu_stream *s, uint64_t first) {
+    uint64_t start = tpu_rt_now_ns();
     uint64_t joined = start; /* when the run last grew */
     int seen = 0;
     held_run r;
-    for (;;) {
-        scan_held_locked(s, &r);
+    pthread_mutex_lock(&s->lock);
+    atomic_store(&s->holding, true);
+    for (bool announced = false;; announced = !announced) {
+        /* Checked once as it stands, then again after announcing the
+         * sleep (see the struct), which costs a process-wide barrier. */
+        if (announced) {
+            atomic_store(&s->worker_sleeping, true);
+            tpu_rt_heavy_barrier();
+        }
+        scan_held(s, &r);
         const uint64_t now = tpu_rt_now_ns();
         if (r.n != seen) {
             seen = r.n;
             joined = now;
         }
-        atomic_store(&s->holding, true); /* before reading flush_seq: see request_flush */
-        if (r.ended || r.n >= HOLD_MAX_ENTRIES || s->space_waiters > 0 ||
+        if (r.ended || r.n >= HOLD_MAX_ENTRIES || atomic_load(&s->space_waiters) > 0 ||
             atomic_load(&s->flush_seq) >= first || now - joined >= HOLD_GAP_NS ||
             now - start >= HOLD_MAX_NS)
             break;
+        if (!announced)
+            continue;
         const uint64_t gap_end = joined + HOLD_GAP_NS, max_end = start + HOLD_MAX_NS;
         struct timespec until = deadline_after(gap_end < max_end ? gap_end : max_end, 0);
-        s->worker_sleeping = true;
         pthread_cond_timedwait(&s->work_cv, &s->lock, &until);
-        s->worker_sleeping = false;
+        atomic_store(&s->worker_sleeping, false);
     }
+    atomic_store(&s->worker_sleeping, false);
     atomic_store(&s->holding, false);
     pthread_mutex_unlock(&s->lock);
 
     run_error err = {.st = TPU_OK};
     run_held(s, &r, &err);
-    uint64_t last = first + (uint64_t)r.n - 1; /* entries of a stream are numbered in order */
+    if (err.st != TPU_OK) {
+        pthread_mutex_lock(&s->lock);
+        keep_error_locked(s, &err);
+        pthread_mutex_unlock(&s->lock);
+    }
+    complete_upto(s, first + (uint64_t)r.n - 1); /* a stream's entries are numbered in order */
+    free_upto(s, r.end);
+}
 
+/* The worker's idle spell: polls a while for a record, then sleeps until
+ * the head can run. */
+static void wait_for_work(tpu_stream *s) {
+    if (tpu_rt_poll_until(&s->submitted_seq,
+                          atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1,
+                          WORKER_SPIN_NS) &&
+        runnable_head(s))
+        return;
     pthread_mutex_lock(&s->lock);
-    keep_error_locked(s, &err);
-    complete_upto_locked(s, last);
-    s->head = r.end_off;
-    s->used -= r.bytes;
-    if (s->space_waiters > 0)
-        pthread_cond_broadcast(&s->space_cv);
+    atomic_store(&s->worker_sleeping, true); /* before the check: see the struct */
+    tpu_rt_heavy_barrier();
+    while (!runnable_head(s))
+        pthread_cond_wait(&s->work_cv, &s->lock);
+    atomic_store(&s->worker_sleeping, false);
+    pthread_mutex_unlock(&s->lock);
 }
 
 static void *stream_worker(void *arg) {
     tpu_stream *s = arg;
     t_is_worker = true;
     entry e; /* the head entry, unpacked: what runs */
-    pthread_mutex_lock(&s->lock);
     for (;;) {
-        /* Once per idle spell, poll a while before sleeping. */
-        bool spun = false;
-        while (!head_runnable_locked(s)) {
-            if (!spun) {
-                spun = true;
-                pthread_mutex_unlock(&s->lock);
-                /* Until a record is queued that has not run. */
-                tpu_rt_poll_until(&s->submitted_seq,
-                           atomic_load_explicit(&s->completed_seq, memory_order_relaxed) + 1,
-                           WORKER_SPIN_NS);
-                pthread_mutex_lock(&s->lock);
-                continue;
-            }
-            s->worker_sleeping = true;
-            pthread_cond_wait(&s->work_cv, &s->lock);
-            s->worker_sleeping = false;
-        }
-        /* Submitters write only outside [head, head + used), so the head
-         * entry can be read unlocked. */
-        const ring_head *h = head_entry_locked(s);
-        if (h->hold) {
-            run_held_locked(s);
+        const ring_head *h = runnable_head(s);
+        if (!h) {
+            wait_for_work(s);
             continue;
         }
-        uint32_t nbytes = h->nbytes;
-        pthread_mutex_unlock(&s->lock);
-
+        if (h->hold) {
+            run_held_due(s, h->seq);
+            continue;
+        }
+        /* Submitters write only outside [head, tail): the entry stays as
+         * it is until free_upto. */
+        uint64_t next = atomic_load_explicit(&s->head, memory_order_relaxed) + h->nbytes;
         entry_unpack(h, &e);
         tpu_status st = entry_run(s, &e);
-
-        run_error err; /* not zeroed: a kilobyte per record */
-        err.st = TPU_OK;
-        if (st != TPU_OK && e.kind == ENTRY_OP)
-            note_error(s, &err, &e.u.op, e.seq, st);
-        else if (st != TPU_OK)
-            note_wait_error(&err, e.seq, st);
-        pthread_mutex_lock(&s->lock);
-        keep_error_locked(s, &err);
-        complete_locked(s, e.seq);
-        /* Free the entry's bytes; a submitter may be waiting for them. */
-        s->head = (s->head + nbytes) % TPU_STREAM_RING_BYTES;
-        s->used -= nbytes;
-        if (s->space_waiters > 0)
-            pthread_cond_signal(&s->space_cv);
+        if (st != TPU_OK) {
+            run_error err = {.st = TPU_OK};
+            if (e.kind == ENTRY_OP)
+                note_error(s, &err, &e.u.op, e.seq, st);
+            else
+                note_wait_error(&err, e.seq, st);
+            pthread_mutex_lock(&s->lock);
+            keep_error_locked(s, &err);
+            pthread_mutex_unlock(&s->lock);
+        }
+        complete_upto(s, e.seq);
+        free_upto(s, next);
     }
     return NULL;
 }
 
-/* The offset where an entry of `nbytes` can be written now, or -1 if the
- * ring has no room for it yet; *pad says whether the bytes from the tail
- * to the end of the buffer must first be filled by a pad. An entry never
- * wraps: if it does not fit before the end of the buffer it goes at the
- * start, and the pad (dropped by the worker as it reaches it) fills the
- * end. An empty ring starts over at 0. */
-static int64_t find_room_locked(const tpu_stream *s, uint32_t nbytes, bool *pad) {
-    const uint32_t cap = TPU_STREAM_RING_BYTES;
-    *pad = false;
-    if (s->used == 0)
-        return 0;
-    if (s->used == cap)
-        return -1;
-    uint32_t tail = (s->head + s->used) % cap;
-    if (tail < s->head) /* wrapped: the free bytes are [tail, head) */
-        return s->head - tail >= nbytes ? (int64_t)tail : -1;
-    /* the free bytes are [tail, cap) and [0, head) */
-    if (cap - tail >= nbytes)
-        return tail;
-    *pad = true;
-    return s->head >= nbytes ? 0 : -1;
+/* Whether an entry of `nbytes` fits after ring counter `tail` with the
+ * ring freed up to `head`; *pad: the bytes of pad it needs first. An
+ * entry never wraps: if it does not fit before the end of the buffer, a
+ * pad (dropped by the worker as it reaches it) fills that end and the
+ * entry goes at the start. */
+static bool room_for(uint64_t head, uint64_t tail, uint32_t nbytes, uint32_t *pad) {
+    const uint32_t cap = TPU_STREAM_RING_BYTES, off = (uint32_t)(tail % cap);
+    *pad = cap - off >= nbytes ? 0 : cap - off;
+    return cap - (tail - head) >= (uint64_t)*pad + nbytes;
+}
+
+/* A submitter without room: waits, between the wait hooks and without
+ * submit_lock (see wait.c), until the worker has freed enough. Another
+ * submitter may take that room first: the caller checks again. */
+static void wait_for_room(tpu_stream *s, uint32_t nbytes) {
+    tpu_wait_token token = tpu_rt_wait_begin();
+    pthread_mutex_lock(&s->lock);
+    atomic_fetch_add(&s->space_waiters, 1);
+    if (atomic_load(&s->worker_sleeping)) /* it may be holding records: they must run */
+        pthread_cond_signal(&s->work_cv);
+    uint32_t pad;
+    while (!room_for(atomic_load(&s->head), atomic_load(&s->tail), nbytes, &pad))
+        pthread_cond_wait(&s->space_cv, &s->lock);
+    atomic_fetch_sub(&s->space_waiters, 1);
+    pthread_mutex_unlock(&s->lock);
+    tpu_rt_wait_end(token);
 }
 
 /* Queues a record (op, packed) or another entry (kind and args) with the
  * next sequence number (returned in *seq if not NULL). A ring without room
- * makes the caller wait, between the wait hooks, for the worker to free
- * some. */
+ * makes the caller wait for the worker to free some. */
 static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entry_args *args,
                     uint16_t hold, uint64_t *seq) {
     uint32_t nbytes = (uint32_t)(sizeof(ring_head) + (kind == ENTRY_OP ? tpu_record_packed_size(op)
                                                                        : (sizeof *args + 15) & ~15u));
-    pthread_mutex_lock(&s->lock);
-    bool pad;
-    int64_t at;
-    while ((at = find_room_locked(s, nbytes, &pad)) < 0) {
-        /* The hooks must run unlocked (see wait.c): step out, give up the
-         * caller's lock, wait for room, then check again, as another
-         * submitter may have taken the room in between. */
-        pthread_mutex_unlock(&s->lock);
-        tpu_wait_token token = tpu_rt_wait_begin();
-        pthread_mutex_lock(&s->lock);
-        s->space_waiters++;
-        if (s->worker_sleeping) /* it may be holding records: they must run */
-            pthread_cond_signal(&s->work_cv);
-        while (find_room_locked(s, nbytes, &pad) < 0)
-            pthread_cond_wait(&s->space_cv, &s->lock);
-        s->space_waiters--;
-        pthread_mutex_unlock(&s->lock);
-        tpu_rt_wait_end(token);
-        pthread_mutex_lock(&s->lock);
+    /* Any entry then fits in an empty ring, pad included. */
+    assert(nbytes <= TPU_STREAM_RING_BYTES / 2);
+    tpu_rt_spin_lock(&s->submit_lock);
+    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
+    uint32_t pad;
+    while (!room_for(s->head_seen, tail, nbytes, &pad)) {
+        /* Acquire: the worker is done with the bytes it freed. */
+        s->head_seen = atomic_load_explicit(&s->head, memory_order_acquire);
+        if (room_for(s->head_seen, tail, nbytes, &pad))
+            break;
+        tpu_rt_spin_unlock(&s->submit_lock);
+        wait_for_room(s, nbytes);
+        tpu_rt_spin_lock(&s->submit_lock);
+        tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
     }
-    if (s->used == 0) {
-        s->head = 0;
-    } else if (pad) {
-        /* The bytes left at the end: >= 16, as every entry and the
-         * ring's size are multiples of 16. */
-        uint32_t tail = s->head + s->used, rest = TPU_STREAM_RING_BYTES - tail;
-        ring_head p = {ENTRY_PAD, 0, rest, 0};
-        memcpy(s->ring + tail, &p, sizeof p);
-        s->used += rest;
+    if (pad > 0) {
+        ring_head p = {ENTRY_PAD, 0, pad, 0};
+        memcpy(s->ring + tail % TPU_STREAM_RING_BYTES, &p, sizeof p);
     }
-    ring_head *h = (ring_head *)(s->ring + at);
+    ring_head *h = (ring_head *)(s->ring + (tail + pad) % TPU_STREAM_RING_BYTES);
     h->kind = (uint16_t)kind;
     h->hold = hold;
     h->nbytes = nbytes;
@@ -769,18 +818,23 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
         tpu_record_pack(op, h + 1);
     else
         memcpy(h + 1, args, sizeof *args);
-    /* Relaxed: see tpu_stream_submitted_seq; the lock orders writers. */
-    atomic_store_explicit(&s->submitted_seq, h->seq, memory_order_relaxed);
-    s->used += nbytes;
-    /* Only one thread ever waits on work_cv, the worker. One holding
-     * records is woken only by what ends its run. */
-    if (s->worker_sleeping &&
-        (hold != HOLD_JOINS || !atomic_load_explicit(&s->holding, memory_order_relaxed) ||
-         h->seq - atomic_load_explicit(&s->completed_seq, memory_order_relaxed) >= HOLD_MAX_ENTRIES))
-        pthread_cond_signal(&s->work_cv);
+    const uint64_t n = h->seq;
+    /* Release, tail first: whoever sees the number sees the entry. */
+    atomic_store_explicit(&s->tail, tail + pad + nbytes, memory_order_release);
+    atomic_store_explicit(&s->submitted_seq, n, memory_order_release);
+    tpu_rt_spin_unlock(&s->submit_lock);
     if (seq)
-        *seq = h->seq;
-    pthread_mutex_unlock(&s->lock);
+        *seq = n;
+    /* The stores above before the flag reads below: see the struct. A
+     * worker holding records is woken only by what ends its run. */
+    tpu_rt_light_barrier();
+    if (atomic_load(&s->worker_sleeping) &&
+        (hold != HOLD_JOINS || !atomic_load(&s->holding) ||
+         n - atomic_load(&s->completed_seq) >= HOLD_MAX_ENTRIES)) {
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_signal(&s->work_cv);
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 /* Debug mode: drain the stream (without taking its kept error), then run
@@ -788,17 +842,17 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
 static tpu_status run_inline(tpu_stream *s, entry *e) {
     /* Drain first (between the wait hooks), then claim the next number; a
      * record queued by another thread in between is simply waited for. */
-    pthread_mutex_lock(&s->lock);
-    while (atomic_load_explicit(&s->completed_seq, memory_order_relaxed) !=
-           atomic_load_explicit(&s->submitted_seq, memory_order_relaxed)) {
-        uint64_t upto = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed);
-        pthread_mutex_unlock(&s->lock);
+    tpu_rt_spin_lock(&s->submit_lock);
+    uint64_t upto;
+    while (atomic_load_explicit(&s->completed_seq, memory_order_acquire) !=
+           (upto = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed))) {
+        tpu_rt_spin_unlock(&s->submit_lock);
         tpu_stream_wait_seq(s, upto);
-        pthread_mutex_lock(&s->lock);
+        tpu_rt_spin_lock(&s->submit_lock);
     }
-    e->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
+    e->seq = upto + 1;
     atomic_store_explicit(&s->submitted_seq, e->seq, memory_order_relaxed);
-    pthread_mutex_unlock(&s->lock);
+    tpu_rt_spin_unlock(&s->submit_lock);
 
     tpu_status st = entry_run(s, e);
     if (st != TPU_OK && e->kind == ENTRY_OP) {
@@ -806,10 +860,7 @@ static tpu_status run_inline(tpu_stream *s, entry *e) {
         format_op_error(msg, sizeof msg, s, &e->u.op, e->seq, st, tpu_last_error_message(), false);
         tpu_set_error(st, "%s", msg);
     }
-
-    pthread_mutex_lock(&s->lock);
-    complete_locked(s, e->seq);
-    pthread_mutex_unlock(&s->lock);
+    complete_upto(s, e->seq);
     return st;
 }
 
@@ -826,7 +877,10 @@ static void stream_destroy(tpu_stream *s) {
 }
 
 static tpu_status stream_create(int chip, int index, tpu_stream **out) {
-    tpu_stream *s = calloc(1, sizeof *s);
+    /* Aligned for the struct's cache-line groups. */
+    tpu_stream *s = aligned_alloc(_Alignof(tpu_stream), sizeof *s);
+    if (s)
+        memset(s, 0, sizeof *s);
     if (!s)
         return tpu_set_error(TPU_ERR_HOST_MEMORY, "tpu_stream_get: no host memory for a stream");
     s->chip = chip;
@@ -847,6 +901,8 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
                              "tpu_stream_get: no host memory for the queue of stream %d of tpu:%d",
                              index, chip);
     }
+
+    tpu_rt_barriers_setup(); /* before the worker, which relies on it */
 
     /* The worker must not take the process's signals: block them all
      * while creating it, it inherits the mask. */

@@ -11,9 +11,13 @@
  * The hooks are called with no runtime lock held: taking the GIL back
  * while holding a stream's mutex could deadlock with a thread that holds
  * the GIL and wants that mutex. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* syscall */
 
+#include <linux/membarrier.h>
+#include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <time.h>
@@ -50,6 +54,58 @@ bool tpu_rt_poll_until(const _Atomic uint64_t *counter, uint64_t target, uint64_
             sched_yield();
         }
     }
+}
+
+void tpu_rt_spin_lock(_Atomic bool *lock) {
+    for (unsigned i = 1;; i++) {
+        if (!atomic_load_explicit(lock, memory_order_relaxed) &&
+            !atomic_exchange_explicit(lock, true, memory_order_acquire))
+            return;
+        cpu_relax();
+        if (i % 64 == 0)
+            sched_yield(); /* the holder may be off the core */
+    }
+}
+
+void tpu_rt_spin_unlock(_Atomic bool *lock) {
+    atomic_store_explicit(lock, false, memory_order_release);
+}
+
+/* 1: membarrier's expedited command is registered, the light side needs
+ * no fence; 0: not available (an old kernel, a seccomp filter), both
+ * sides fence. Registered once, before the first stream's worker starts;
+ * a light barrier that still reads 0 fences, which is safe either way. */
+static atomic_int g_membarrier_ok;
+static pthread_once_t g_membarrier_once = PTHREAD_ONCE_INIT;
+
+static void membarrier_register(void) {
+#ifdef SYS_membarrier
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+        atomic_store(&g_membarrier_ok, 1);
+#endif
+}
+
+void tpu_rt_barriers_setup(void) {
+    pthread_once(&g_membarrier_once, membarrier_register);
+}
+
+void tpu_rt_light_barrier(void) {
+    if (atomic_load_explicit(&g_membarrier_ok, memory_order_relaxed))
+        atomic_signal_fence(memory_order_seq_cst);
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+}
+
+void tpu_rt_heavy_barrier(void) {
+#ifdef SYS_membarrier
+    if (atomic_load_explicit(&g_membarrier_ok, memory_order_relaxed)) {
+        (void)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+        return;
+    }
+#endif
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 typedef struct {
