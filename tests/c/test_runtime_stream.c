@@ -414,6 +414,33 @@ static void test_submit_checks_device_memory(void) {
     CHECK_OK(tpu_stream_synchronize(s0));
 }
 
+/* The worker sleeps after WORKER_SPIN_NS (50 us) idle, and a submitter
+ * wakes it without a full fence of its own (stream.c, the struct). Records
+ * queued just as the worker goes to sleep must still run without anyone
+ * waiting on the stream: each host function is polled for here (a wait
+ * or query would itself wake the worker), with a deadline, so a lost
+ * wake-up fails instead of hanging. The gaps straddle the spin. */
+static void test_wakeup_without_waiting(void) {
+    tpu_stream *s = NULL;
+    CHECK_OK(tpu_stream_get(0, 7, &s));
+    unsigned seed = 12345;
+    int lost = 0;
+    for (int i = 0; i < 600 && !lost; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int gap_us = 20 + (int)((seed >> 16) % 80); /* 20..99 us */
+        struct timespec ts = {0, gap_us * 1000L};
+        nanosleep(&ts, NULL);
+        atomic_int flag = 0;
+        CHECK_OK(tpu_stream_submit_host_fn(s, set_flag, &flag));
+        for (int ms = 0; ms < 2000 && !atomic_load(&flag); ms++)
+            sleep_ms(1);
+        lost = !atomic_load(&flag);
+        CHECK(!lost);
+        if (lost) /* let the record run before its flag goes out of scope */
+            CHECK_OK(tpu_stream_synchronize(s));
+    }
+}
+
 int main(void) {
     setenv("TORCH_TPU_CHIPS", "2", 0);
     setenv("TORCH_TPU_NUM_THREADS", "4", 0);
@@ -429,5 +456,6 @@ int main(void) {
     test_queue_bound();
     test_records_of_every_size();
     test_submit_checks_device_memory();
+    test_wakeup_without_waiting();
     return check_report();
 }
