@@ -12,6 +12,7 @@
  * Every part is a multiple of 8 bytes and the whole a multiple of 16, so
  * records packed back to back in a 16-aligned ring stay aligned. */
 #include <assert.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "runtime_internal.h"
@@ -63,20 +64,45 @@ size_t tpu_record_packed_size(const tpu_op *op) {
     return round16(n);
 }
 
+/* Stores value as field `f` of a TYPE (packed_head, packed_tensor) at p,
+ * value being of the field's size. */
+#define PUT(p, TYPE, f, value)                                                                     \
+    do {                                                                                           \
+        _Static_assert(sizeof(value) == sizeof(((TYPE *)0)->f), "the field's size");               \
+        memcpy((unsigned char *)(p) + offsetof(TYPE, f), &(value), sizeof(value));                 \
+    } while (0)
+
 void tpu_record_pack(const tpu_op *op, void *dst) {
+    /* Field by field, straight into the ring: building a packed_head or
+     * packed_tensor on the stack and copying it makes the compiler load
+     * it back as a vector from two smaller stores, which cannot forward
+     * and so waits until every earlier store has reached the cache,
+     * among them the ring's lines, still on their way from the worker's
+     * core (about 250 ns a record). */
     unsigned char *p = dst;
-    packed_head head = {op->code, op->fn, op->n_in, op->n_aux, op->scratch, op->scratch_nbytes,
-                        op->name, 0};
-    memcpy(p, &head, sizeof head);
-    p += sizeof head;
+    const int32_t code = op->code, fn = op->fn;
+    const int64_t reserved = 0;
+    PUT(p, packed_head, code, code);
+    PUT(p, packed_head, fn, fn);
+    PUT(p, packed_head, n_in, op->n_in);
+    PUT(p, packed_head, n_aux, op->n_aux);
+    PUT(p, packed_head, scratch, op->scratch);
+    PUT(p, packed_head, scratch_nbytes, op->scratch_nbytes);
+    PUT(p, packed_head, name, op->name);
+    PUT(p, packed_head, reserved, reserved);
+    p += sizeof(packed_head);
     memcpy(p, &op->p, sizeof op->p);
     p += PARAMS_NBYTES;
     for (int k = 0; k < tensor_count(op); k++) {
         const tpu_tensor *t = tensor_at((tpu_op *)op, k);
         assert(t->ndim >= 0 && t->ndim <= TPU_MAX_DIMS);
-        packed_tensor pt = {t->data, t->storage, t->storage_nbytes, t->ndim, (int32_t)t->dtype};
-        memcpy(p, &pt, sizeof pt);
-        p += sizeof pt;
+        const int32_t dtype = (int32_t)t->dtype;
+        PUT(p, packed_tensor, data, t->data);
+        PUT(p, packed_tensor, storage, t->storage);
+        PUT(p, packed_tensor, storage_nbytes, t->storage_nbytes);
+        PUT(p, packed_tensor, ndim, t->ndim);
+        PUT(p, packed_tensor, dtype, dtype);
+        p += sizeof(packed_tensor);
         size_t dims = (size_t)t->ndim * sizeof(int64_t);
         memcpy(p, t->sizes, dims);
         p += dims;

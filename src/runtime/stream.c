@@ -119,15 +119,21 @@ struct tpu_stream {
     struct fuse_state *fuse; /* the worker's, made on first use */
 
     /* Written by submitters, under submit_lock (a spin lock: see
-     * tpu_rt_spin_lock). The worker polls submitted_seq, so the lock has
-     * a line of its own: taking it must not wait for the worker's copy of
-     * the counters. head_seen is the last head a submitter read, so that
-     * the room check reads the worker's line only when the ring looks
-     * full. */
+     * tpu_rt_spin_lock), and read by no other thread but through
+     * tpu_stream_submitted_seq: the submitters' own copies of the tail
+     * and of the last number given, and head_seen, the last head a
+     * submitter read, so that the room check reads the worker's line only
+     * when the ring looks full. A submitter thus never reads a line the
+     * worker polls, which would wait for the worker's copy. */
     _Alignas(64) atomic_bool submit_lock;
+    uint64_t tail_mine;
+    _Atomic uint64_t queued_seq;
+    uint64_t head_seen;
+
+    /* What submitters publish, once per entry, for the worker to poll
+     * (release, tail first: whoever sees the number sees the entry). */
     _Alignas(64) _Atomic uint64_t tail;
     _Atomic uint64_t submitted_seq;
-    uint64_t head_seen;
 
     /* Written by the worker (completed_seq also by a debug-mode submitter
      * that runs a record inline). Both never go backwards; readers take
@@ -190,8 +196,9 @@ static _Thread_local bool t_is_worker;
 uint64_t tpu_stream_submitted_seq(const tpu_stream *s) {
     /* Relaxed: a caller needs the records it queued itself, which program
      * order already makes visible; others' records it must have
-     * synchronised with by other means, as on CUDA. */
-    return atomic_load_explicit(&s->submitted_seq, memory_order_relaxed);
+     * synchronised with by other means, as on CUDA. The submitters' copy,
+     * stored before the worker's: see the struct. */
+    return atomic_load_explicit(&s->queued_seq, memory_order_relaxed);
 }
 
 uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
@@ -793,7 +800,7 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
     /* Any entry then fits in an empty ring, pad included. */
     assert(nbytes <= TPU_STREAM_RING_BYTES / 2);
     tpu_rt_spin_lock(&s->submit_lock);
-    uint64_t tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
+    uint64_t tail = s->tail_mine;
     uint32_t pad;
     while (!room_for(s->head_seen, tail, nbytes, &pad)) {
         /* Acquire: the worker is done with the bytes it freed. */
@@ -803,7 +810,7 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
         tpu_rt_spin_unlock(&s->submit_lock);
         wait_for_room(s, nbytes);
         tpu_rt_spin_lock(&s->submit_lock);
-        tail = atomic_load_explicit(&s->tail, memory_order_relaxed);
+        tail = s->tail_mine;
     }
     if (pad > 0) {
         ring_head p = {ENTRY_PAD, 0, pad, 0};
@@ -813,14 +820,15 @@ static void enqueue(tpu_stream *s, entry_kind kind, const tpu_op *op, const entr
     h->kind = (uint16_t)kind;
     h->hold = hold;
     h->nbytes = nbytes;
-    h->seq = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed) + 1;
+    h->seq = atomic_load_explicit(&s->queued_seq, memory_order_relaxed) + 1;
     if (kind == ENTRY_OP)
         tpu_record_pack(op, h + 1);
     else
         memcpy(h + 1, args, sizeof *args);
     const uint64_t n = h->seq;
-    /* Release, tail first: whoever sees the number sees the entry. */
-    atomic_store_explicit(&s->tail, tail + pad + nbytes, memory_order_release);
+    s->tail_mine = tail + pad + nbytes;
+    atomic_store_explicit(&s->queued_seq, n, memory_order_relaxed);
+    atomic_store_explicit(&s->tail, s->tail_mine, memory_order_release);
     atomic_store_explicit(&s->submitted_seq, n, memory_order_release);
     tpu_rt_spin_unlock(&s->submit_lock);
     if (seq)
@@ -845,12 +853,13 @@ static tpu_status run_inline(tpu_stream *s, entry *e) {
     tpu_rt_spin_lock(&s->submit_lock);
     uint64_t upto;
     while (atomic_load_explicit(&s->completed_seq, memory_order_acquire) !=
-           (upto = atomic_load_explicit(&s->submitted_seq, memory_order_relaxed))) {
+           (upto = atomic_load_explicit(&s->queued_seq, memory_order_relaxed))) {
         tpu_rt_spin_unlock(&s->submit_lock);
         tpu_stream_wait_seq(s, upto);
         tpu_rt_spin_lock(&s->submit_lock);
     }
     e->seq = upto + 1;
+    atomic_store_explicit(&s->queued_seq, e->seq, memory_order_relaxed);
     atomic_store_explicit(&s->submitted_seq, e->seq, memory_order_relaxed);
     tpu_rt_spin_unlock(&s->submit_lock);
 
