@@ -847,12 +847,17 @@ void tpu_k_span_init(tpu_op_span *s, const tpu_op *op,
 
 void tpu_k_span_share(const tpu_op_span *s, int ith, int nth) {
     const tpu_op *op = s->op;
-    int64_t start, end;
-    tpu_k_split(tpu_k_numel(&op->out), ith, nth, &start, &end);
-    if (start >= end)
-        return;
-    const char *in[3] = {NULL, NULL, NULL};
-    for (int k = 0; k < s->n_in; k++)
-        in[k] = (const char *)op->in[k].data + start * s->step[k] * s->in_size[k];
-    s->run(s, (char *)op->out.data + start * s->out_size, in, end - start);
+    /* About 8 chunks a share when the run claims them (a share on a
+     * slower core takes fewer), each a multiple of 512 elements, so no
+     * two shares write one cache line. */
+    const int64_t n = tpu_k_numel(&op->out);
+    const int64_t chunk = ((n + 8 * (int64_t)nth - 1) / (8 * (int64_t)nth) + 511) & ~(int64_t)511;
+    tpu_k_parts parts;
+    tpu_k_parts_init(&parts, n, chunk, ith, nth);
+    for (int64_t start, end; tpu_k_parts_next(&parts, &start, &end);) {
+        const char *in[3] = {NULL, NULL, NULL};
+        for (int k = 0; k < s->n_in; k++)
+            in[k] = (const char *)op->in[k].data + start * s->step[k] * s->in_size[k];
+        s->run(s, (char *)op->out.data + start * s->out_size, in, end - start);
+    }
 }

@@ -1076,6 +1076,53 @@ static void test_rows_claimed(void) {
     }
 }
 
+/* Flat element-wise runs claim chunks too (tpu_k_span_share): an add
+ * with one operand broadcast, and a GELU whose fast path uses vecmath,
+ * over a length no chunk divides, on 2-4 threads at once, must leave the
+ * bytes of one share alone in every element. */
+static void test_spans_claimed(void) {
+    enum { N = 100003 };
+    static float x[N], y[1], want[N], got[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(t_unit() * 8 - 4);
+    y[0] = 0.25f;
+    for (int fam = 0; fam < 2; fam++) {
+        tpu_op op;
+        memset(&op, 0, sizeof op);
+        op.code = fam ? TPU_OP_UNARY : TPU_OP_BINARY;
+        op.fn = fam ? TPU_UNARY_GELU : TPU_BINARY_ADD;
+        op.n_in = fam ? 1 : 2;
+        op.p.ew.common = F32;
+        op.p.ew.alpha.f = 1.0;
+        op.p.ew.alpha.i = 1;
+        op.in[0] = (tpu_tensor){.data = x, .sizes = {N}, .strides = {1}, .ndim = 1, .dtype = F32,
+                                .storage = x, .storage_nbytes = sizeof x};
+        op.in[1] = (tpu_tensor){.data = y, .sizes = {N}, .strides = {0}, .ndim = 1, .dtype = F32,
+                                .storage = y, .storage_nbytes = sizeof y};
+        op.out = (tpu_tensor){.data = want, .sizes = {N}, .strides = {1}, .ndim = 1, .dtype = F32,
+                              .storage = want, .storage_nbytes = sizeof want};
+        CHECK_OK(tpu_op_check(&op));
+        CHECK_OK(tpu_op_run(&op, 0, 1));
+        op.out.data = op.out.storage = got;
+        for (int nth = 2; nth <= 4; nth++) {
+            memset(got, 0xab, sizeof got);
+            int64_t claims = 0;
+            claim_job jobs[4];
+            pthread_t tids[4];
+            for (int i = 0; i < nth; i++) {
+                jobs[i] = (claim_job){&op, i, nth, &claims, NULL, TPU_OK};
+                CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
+            }
+            for (int i = 0; i < nth; i++) {
+                pthread_join(tids[i], NULL);
+                CHECK_OK(jobs[i].st);
+            }
+            CHECK(memcmp(want, got, sizeof got) == 0);
+            CHECK(claims >= N); /* every chunk was claimed */
+        }
+    }
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
         run_row(&k_rows[i]);
@@ -1084,6 +1131,7 @@ int main(void) {
     test_pair_kernel_direct();
     test_mm_claimed();
     test_rows_claimed();
+    test_spans_claimed();
     tpu_kernels_set_reference(false);
     return check_report();
 }
