@@ -306,8 +306,13 @@ tpu_status tpu_k_attn_backward_fast(const tpu_op *op, int phase, int ith, int nt
     int64_t start, end, total = 0;
     if (phase == 2 && chunks == 1)
         return TPU_OK; /* phase 1 stored dq */
-    tpu_k_split(phase == 1 ? a->b * a->hk * chunks : a->b * a->h * nqb, ith, nth, &start, &end);
-    if (start >= end)
+    /* Units claimed in chunks when the run has a counter (tpu_k_parts):
+     * each writes only its own rows, so the bytes do not depend on who
+     * takes which. */
+    const int64_t units = phase == 1 ? a->b * a->hk * chunks : a->b * a->h * nqb;
+    tpu_k_parts parts;
+    tpu_k_parts_init(&parts, units, (units + 8 * (int64_t)nth - 1) / (8 * (int64_t)nth), ith, nth);
+    if (!tpu_k_parts_next(&parts, &start, &end))
         return TPU_OK;
     float *mem = NULL;
     if (phase == 0) {
@@ -319,8 +324,10 @@ tpu_status tpu_k_attn_backward_fast(const tpu_op *op, int phase, int ith, int nt
         if (mem != NULL) {
             const stats_bufs w = {b[0], b[1], b[2], b[3], b[4]};
             ctx.gemm_tmp = b[5];
-            for (int64_t u = start; u < end; u++)
-                stats_unit(&ctx, op, &w, u / (a->h * nqb), u / nqb % a->h, u % nqb);
+            do
+                for (int64_t u = start; u < end; u++)
+                    stats_unit(&ctx, op, &w, u / (a->h * nqb), u / nqb % a->h, u % nqb);
+            while (tpu_k_parts_next(&parts, &start, &end));
         }
     } else if (phase == 1) {
         /* The longest chunk: whole key blocks, at most S keys. */
@@ -339,17 +346,21 @@ tpu_status tpu_k_attn_backward_fast(const tpu_op *op, int phase, int ith, int nt
             const kv_bufs w = {b[0], b[1], b[2], b[3], b[4], b[5], b[6],
                                b[7], b[8], b[9], b[10], b[11]};
             ctx.gemm_tmp = b[12];
-            for (int64_t u = start; u < end; u++)
-                kv_unit(&ctx, op, &w, u / (a->hk * chunks), u / chunks % a->hk, u % chunks,
-                        chunks);
+            do
+                for (int64_t u = start; u < end; u++)
+                    kv_unit(&ctx, op, &w, u / (a->hk * chunks), u / chunks % a->hk, u % chunks,
+                            chunks);
+            while (tpu_k_parts_next(&parts, &start, &end));
         }
     } else {
         const int64_t sizes[] = {e};
         float *b[1];
         mem = carve(sizes, 1, b, &total);
         if (mem != NULL)
-            for (int64_t u = start; u < end; u++)
-                dq_unit(&ctx, op, b[0], u / (a->h * nqb), u / nqb % a->h, u % nqb, chunks);
+            do
+                for (int64_t u = start; u < end; u++)
+                    dq_unit(&ctx, op, b[0], u / (a->h * nqb), u / nqb % a->h, u % nqb, chunks);
+            while (tpu_k_parts_next(&parts, &start, &end));
     }
     if (mem == NULL)
         return tpu_set_error(TPU_ERR_HOST_MEMORY, "%s: cannot allocate %lld bytes of attention "

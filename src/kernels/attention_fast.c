@@ -383,9 +383,14 @@ tpu_status tpu_k_attn_forward_fast(const tpu_op *op, int ith, int nth) {
     tpu_k_attn_ctx_init(&ctx, op);
     const tpu_k_attn *a = &ctx.a;
     const int64_t nqb = tpu_k_attn_qblocks(a->l);
+    /* Units (b, h, query block) claimed in chunks when the run has a
+     * counter (tpu_k_parts): a causal head's later blocks cost more, and
+     * a share on a slower core takes fewer. */
+    const int64_t units = a->b * a->h * nqb;
+    tpu_k_parts parts;
+    tpu_k_parts_init(&parts, units, (units + 8 * (int64_t)nth - 1) / (8 * (int64_t)nth), ith, nth);
     int64_t start, end;
-    tpu_k_split(a->b * a->h * nqb, ith, nth, &start, &end);
-    if (start >= end)
+    if (!tpu_k_parts_next(&parts, &start, &end))
         return TPU_OK;
     const int64_t nq = ctx.qpad, e = a->e, ev = a->ev;
     const int64_t kmax = e > KB ? e : KB;
@@ -408,8 +413,10 @@ tpu_status tpu_k_attn_forward_fast(const tpu_op *op, int ith, int nth) {
     }
     fwd_bufs w = {bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], cap, -1, -1, 0};
     ctx.gemm_tmp = bufs[6];
-    for (int64_t u = start; u < end; u++)
-        forward_unit(&ctx, &w, u / (a->h * nqb), u / nqb % a->h, u % nqb);
+    do
+        for (int64_t u = start; u < end; u++)
+            forward_unit(&ctx, &w, u / (a->h * nqb), u / nqb % a->h, u % nqb);
+    while (tpu_k_parts_next(&parts, &start, &end));
     free(mem);
     return TPU_OK;
 }

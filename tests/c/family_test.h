@@ -14,6 +14,7 @@
 #define TPU_TESTS_FAMILY_TEST_H
 
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -235,7 +236,10 @@ typedef struct {
     int n_read;
 } op_bufs;
 
-static const int k_nths[] = {1, 2, 3, 7};
+/* Shares per run; a negative count -n runs n threads at once, each
+ * phase's shares taking work from one counter (tpu_op_run_phase_claimed),
+ * as the target's pool runs them. */
+static const int k_nths[] = {1, 2, 3, 7, -3};
 enum { N_NTHS = sizeof k_nths / sizeof k_nths[0] };
 
 /* Kernel modes: the reference kernels, and the fast ones capped at each
@@ -256,6 +260,41 @@ enum { N_MODES = sizeof k_modes / sizeof k_modes[0] };
  * exactly tpu_op_scratch_bytes(op) bytes of scratch (poisoned with 0xff,
  * so that a kernel relying on zeroed scratch fails). Returns the first
  * error. */
+typedef struct {
+    const tpu_op *op;
+    int phase, ith, nth;
+    int64_t *claims;
+    tpu_status st;
+} claimed_share;
+
+static inline void *run_claimed_share(void *arg) {
+    claimed_share *c = arg;
+    c->st = tpu_op_run_phase_claimed(c->op, c->phase, c->ith, c->nth, c->claims);
+    return NULL;
+}
+
+/* One phase of op on n threads at once, claiming from one counter. */
+static inline tpu_status run_phase_claimed(const tpu_op *op, int phase, int n) {
+    claimed_share shares[8];
+    pthread_t tids[8];
+    bool started[8];
+    int64_t claims = 0;
+    for (int i = 0; i < n; i++) {
+        shares[i] = (claimed_share){op, phase, i, n, &claims, TPU_OK};
+        started[i] = pthread_create(&tids[i], NULL, run_claimed_share, &shares[i]) == 0;
+        if (!started[i]) /* no thread to be had: this one runs the share */
+            run_claimed_share(&shares[i]);
+    }
+    tpu_status first = TPU_OK;
+    for (int i = 0; i < n; i++) {
+        if (started[i])
+            pthread_join(tids[i], NULL);
+        if (shares[i].st != TPU_OK && first == TPU_OK)
+            first = shares[i].st;
+    }
+    return first;
+}
+
 static inline tpu_status run_phases(const tpu_op *op_in, int nth) {
     tpu_op op = *op_in;
     int64_t need = tpu_op_scratch_bytes(&op);
@@ -269,8 +308,9 @@ static inline tpu_status run_phases(const tpu_op *op_in, int nth) {
     tpu_status first = TPU_OK;
     int phases = tpu_op_phases(&op);
     for (int phase = 0; phase < phases; phase++)
-        for (int i = 0; i < nth; i++) {
-            tpu_status st = tpu_op_run_phase(&op, phase, i, nth);
+        for (int i = 0; i < (nth < 0 ? 1 : nth); i++) {
+            tpu_status st = nth < 0 ? run_phase_claimed(&op, phase, -nth)
+                                    : tpu_op_run_phase(&op, phase, i, nth);
             if (st != TPU_OK && first == TPU_OK)
                 first = st;
         }
