@@ -953,6 +953,24 @@ static void *claim_run(void *p) {
     return NULL;
 }
 
+/* Runs op on nth threads at once (nth <= 4), each share claiming from
+ * one counter, through the blocks variant when hook is given; checks
+ * every share's status and returns the counter's final value. */
+static int64_t run_claimed(const tpu_op *op, int nth, const tpu_op_block_hook *hook) {
+    int64_t claims = 0;
+    claim_job jobs[4];
+    pthread_t tids[4];
+    for (int i = 0; i < nth; i++) {
+        jobs[i] = (claim_job){op, i, nth, &claims, hook, TPU_OK};
+        CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < nth; i++) {
+        pthread_join(tids[i], NULL);
+        CHECK_OK(jobs[i].st);
+    }
+    return claims;
+}
+
 static void count_block(const tpu_op_block_hook *h, int ith, int64_t i0, int64_t mb, int64_t j0,
                         int64_t nb) {
     (void)ith;
@@ -1012,17 +1030,7 @@ static void test_mm_claimed(void) {
                 for (int nth = 2; nth <= 4; nth++)
                 for (int blocks = 0; blocks < 2; blocks++) {
                     memset(got, 0xab, (size_t)(m * n) * es);
-                    int64_t claims = 0;
-                    claim_job jobs[4];
-                    pthread_t tids[4];
-                    for (int i = 0; i < nth; i++) {
-                        jobs[i] = (claim_job){&op, i, nth, &claims, blocks ? &hook : NULL, TPU_OK};
-                        CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
-                    }
-                    for (int i = 0; i < nth; i++) {
-                        pthread_join(tids[i], NULL);
-                        CHECK_OK(jobs[i].st);
-                    }
+                    run_claimed(&op, nth, blocks ? &hook : NULL);
                     bool same = memcmp(want, got, (size_t)(m * n) * es) == 0;
                     CHECK(same);
                     if (!same)
@@ -1060,17 +1068,7 @@ static void test_rows_claimed(void) {
     op.out.data = op.out.storage = got;
     for (int nth = 2; nth <= 4; nth++) {
         memset(got, 0xab, sizeof got);
-        int64_t claims = 0;
-        claim_job jobs[4];
-        pthread_t tids[4];
-        for (int i = 0; i < nth; i++) {
-            jobs[i] = (claim_job){&op, i, nth, &claims, NULL, TPU_OK};
-            CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
-        }
-        for (int i = 0; i < nth; i++) {
-            pthread_join(tids[i], NULL);
-            CHECK_OK(jobs[i].st);
-        }
+        const int64_t claims = run_claimed(&op, nth, NULL);
         CHECK(memcmp(want, got, sizeof got) == 0);
         CHECK(claims >= R); /* every row was claimed */
     }
@@ -1106,17 +1104,7 @@ static void test_spans_claimed(void) {
         op.out.data = op.out.storage = got;
         for (int nth = 2; nth <= 4; nth++) {
             memset(got, 0xab, sizeof got);
-            int64_t claims = 0;
-            claim_job jobs[4];
-            pthread_t tids[4];
-            for (int i = 0; i < nth; i++) {
-                jobs[i] = (claim_job){&op, i, nth, &claims, NULL, TPU_OK};
-                CHECK(pthread_create(&tids[i], NULL, claim_run, &jobs[i]) == 0);
-            }
-            for (int i = 0; i < nth; i++) {
-                pthread_join(tids[i], NULL);
-                CHECK_OK(jobs[i].st);
-            }
+            const int64_t claims = run_claimed(&op, nth, NULL);
             CHECK(memcmp(want, got, sizeof got) == 0);
             CHECK(claims >= N); /* every chunk was claimed */
         }
