@@ -195,3 +195,30 @@ void tpu_k_cvt_from_f32(void *dst, tpu_dtype dt, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         d[i] = tpu_f32_to_f16(src[i]);
 }
+
+#if TPU_K_X86
+/* Eight lanes at a time; VCVTTPS2QQ's "integer indefinite" for NaN and
+ * out-of-range lanes is INT64_MIN, the value tpu_k_f64_to_i64 gives. */
+__attribute__((target("avx512f,avx512dq,avx512vl,avx2,fma"))) static void
+f32_to_i64_dq(int64_t *dst, const float *src, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm512_storeu_si512(dst + i, _mm512_cvttps_epi64(_mm256_loadu_ps(src + i)));
+    if (i < n) {
+        const __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_epi64(dst + i, m, _mm512_cvttps_epi64(_mm256_maskz_loadu_ps(m, src + i)));
+    }
+}
+#endif
+
+bool tpu_k_cvt_f32_to_i64(int64_t *dst, const float *src, int64_t n) {
+#if TPU_K_X86
+    if (tpu_k_cpu_has_avx512() && __builtin_cpu_supports("avx512dq")) {
+        f32_to_i64_dq(dst, src, n);
+        return true;
+    }
+#else
+    (void)dst, (void)src, (void)n;
+#endif
+    return false;
+}

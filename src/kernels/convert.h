@@ -25,4 +25,10 @@ void tpu_k_cvt_to_f32(float *dst, const void *src, tpu_dtype dt, int64_t n);
  * dt. dt == f32 copies. n may be 0; src and dst must not overlap. */
 void tpu_k_cvt_from_f32(void *dst, tpu_dtype dt, const float *src, int64_t n);
 
+/* dst[0..n) = src[0..n) converted as tpu_k_f64_to_i64 does (truncation
+ * toward zero, INT64_MIN out of range and for NaN: x86's own result), if
+ * the CPU has a vector form (AVX512-DQ's VCVTTPS2QQ, under the AVX-512
+ * level); false, with nothing written, otherwise. */
+bool tpu_k_cvt_f32_to_i64(int64_t *dst, const float *src, int64_t n);
+
 #endif

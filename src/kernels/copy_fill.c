@@ -148,9 +148,12 @@ static void convert_run_typed(char *out, tpu_dtype odt, int64_t so, const char *
 #undef COPY_OUT_CASE
 
 /* Converts n contiguous elements with the run conversions when both
- * sides are f32/f16/bf16 and aligned; returns false otherwise. */
+ * sides are f32/f16/bf16, or f32 -> i64 where the CPU has its vector
+ * form, and aligned; returns false otherwise. */
 static bool convert_run_contig(char *out, tpu_dtype odt, const char *in, tpu_dtype idt, int64_t n,
                                bool aligned) {
+    if (aligned && idt == TPU_DTYPE_F32 && odt == TPU_DTYPE_I64) /* ids from floats */
+        return tpu_k_cvt_f32_to_i64((int64_t *)out, (const float *)in, n);
     if (!aligned || !tpu_k_cvt_supported(odt) || !tpu_k_cvt_supported(idt) ||
         (odt != TPU_DTYPE_F32 && idt != TPU_DTYPE_F32))
         return false;
