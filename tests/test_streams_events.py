@@ -2,6 +2,7 @@
 torch.Stream / torch.Event / torch.accelerator spellings."""
 import pytest
 import torch
+from conftest import run_python
 
 
 def test_default_and_current_streams():
@@ -139,3 +140,36 @@ def test_one_element_host_copies_convert_as_cpu():
             got = dst.cpu()
             assert torch.equal(got, want) or (dt.is_floating_point and torch.isnan(want).all() and torch.isnan(got).all()), (src, dt)
     assert torch.equal(torch.tensor(2 ** 60 + 1).to("tpu").cpu(), torch.tensor(2 ** 60 + 1))
+
+
+@pytest.mark.parametrize("no_membarrier", ["0", "1"])
+def test_records_queued_as_the_worker_sleeps_run_unwaited(no_membarrier):
+    """The stream's worker sleeps after about 50 us idle, and a submitter
+    wakes it without waiting on the stream. Each add is followed by an
+    event that is only polled (a query does not wake the worker), with a
+    deadline, so a lost wake-up fails instead of hanging; the gaps
+    straddle the worker's spin. Both barrier pairs: membarrier, and the
+    fenced one a kernel without it gets."""
+    proc = run_python(
+        """
+        import random, time, torch, torch_tpu
+        x = torch.zeros(1, device="tpu")
+        rng = random.Random(7)
+        for i in range(1500):
+            end = time.perf_counter() + rng.uniform(20e-6, 100e-6)
+            while time.perf_counter() < end:
+                pass
+            x.add_(1)
+            ev = torch.tpu.Event()
+            ev.record()
+            deadline = time.monotonic() + 5
+            while not ev.query():
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"add {i} did not run within 5 s")
+        assert x.item() == 1500, x.item()
+        print("ok")
+        """,
+        env={"TORCH_TPU_NO_MEMBARRIER": no_membarrier},
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
