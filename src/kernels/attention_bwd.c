@@ -311,7 +311,7 @@ tpu_status tpu_k_attn_backward_fast(const tpu_op *op, int phase, int ith, int nt
      * takes which. */
     const int64_t units = phase == 1 ? a->b * a->hk * chunks : a->b * a->h * nqb;
     tpu_k_parts parts;
-    tpu_k_parts_init(&parts, units, (units + 8 * (int64_t)nth - 1) / (8 * (int64_t)nth), ith, nth);
+    tpu_k_parts_init(&parts, units, 1, ith, nth);
     if (!tpu_k_parts_next(&parts, &start, &end))
         return TPU_OK;
     float *mem = NULL;

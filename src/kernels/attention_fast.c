@@ -388,7 +388,7 @@ tpu_status tpu_k_attn_forward_fast(const tpu_op *op, int ith, int nth) {
      * a share on a slower core takes fewer. */
     const int64_t units = a->b * a->h * nqb;
     tpu_k_parts parts;
-    tpu_k_parts_init(&parts, units, (units + 8 * (int64_t)nth - 1) / (8 * (int64_t)nth), ith, nth);
+    tpu_k_parts_init(&parts, units, 1, ith, nth);
     int64_t start, end;
     if (!tpu_k_parts_next(&parts, &start, &end))
         return TPU_OK;

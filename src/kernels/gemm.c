@@ -850,18 +850,19 @@ tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op
     const int64_t gm = (m + um - 1) / um, units = gm * ((n + un - 1) / un);
     tpu_k_parts parts;
     tpu_k_parts_init(&parts, units, 1, ith, nth);
-    for (int64_t u, u_end; tpu_k_parts_next(&parts, &u, &u_end);) {
-        int64_t i0 = u % gm * um, j0 = u / gm * un;
-        int64_t i1 = i0 + um < m ? i0 + um : m, j1 = j0 + un < n ? j0 + un : n;
-        if (tpu_k_gemv(op, i0, i1, j0, j1)) {
-            if (hook)
-                hook->run(hook, ith, i0, i1 - i0, j0, j1 - j0);
-            continue;
+    for (int64_t u0, u_end; tpu_k_parts_next(&parts, &u0, &u_end);)
+        for (int64_t u = u0; u < u_end; u++) {
+            int64_t i0 = u % gm * um, j0 = u / gm * un;
+            int64_t i1 = i0 + um < m ? i0 + um : m, j1 = j0 + un < n ? j0 + un : n;
+            if (tpu_k_gemv(op, i0, i1, j0, j1)) {
+                if (hook)
+                    hook->run(hook, ith, i0, i1 - i0, j0, j1 - j0);
+                continue;
+            }
+            gemm_range(&g, i0, i1, j0, j1, ith, hook);
+            g.apanel_ready = g.apanel != NULL;
+            g.bpanel_ready = g.bpanel != NULL;
         }
-        gemm_range(&g, i0, i1, j0, j1, ith, hook);
-        g.apanel_ready = g.apanel != NULL;
-        g.bpanel_ready = g.bpanel != NULL;
-    }
     return TPU_OK;
 }
 

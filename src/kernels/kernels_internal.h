@@ -220,13 +220,17 @@ int64_t tpu_k_reduce_scratch_bytes(const tpu_op *op);   /* the split's partials 
 int64_t *tpu_k_share_claims(void);
 
 /* The parts of items [0, n) a share works on, for kernels whose items
- * are independent (rows of a softmax or a layer norm): with the run's
- * claims counter, chunks of `chunk` items taken in turn until none is
- * left, so a share on a slower core takes fewer; without one, the share's
- * fixed part (tpu_k_split) once. The bytes do not depend on which share
- * takes which. One claiming walk per run: the counter is the run's.
+ * are independent (rows of a softmax, elements, attention's units,
+ * product blocks): with the run's claims counter, chunks taken in turn
+ * until none is left, so a share on a slower core takes fewer; without
+ * one, the share's fixed part (tpu_k_split) once. A chunk is about an
+ * eighth of a share (few enough atomic adds, fine enough to even out
+ * cores 20-30 % apart), rounded up to a multiple of `granule` items (so
+ * that, say, no two shares write one cache line). The bytes do not
+ * depend on which share takes which. One claiming walk per run: the
+ * counter is the run's.
  *   tpu_k_parts p;
- *   tpu_k_parts_init(&p, n, chunk, ith, nth);
+ *   tpu_k_parts_init(&p, n, granule, ith, nth);
  *   while (tpu_k_parts_next(&p, &start, &end)) ... */
 typedef struct {
     int64_t n, chunk, *claims;
@@ -234,7 +238,7 @@ typedef struct {
     bool done;
 } tpu_k_parts;
 
-void tpu_k_parts_init(tpu_k_parts *p, int64_t n, int64_t chunk, int ith, int nth);
+void tpu_k_parts_init(tpu_k_parts *p, int64_t n, int64_t granule, int ith, int nth);
 bool tpu_k_parts_next(tpu_k_parts *p, int64_t *start, int64_t *end);
 
 /* MATMUL (matmul.c; packed GEMM in gemm.c). */

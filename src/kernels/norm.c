@@ -168,10 +168,9 @@ static int64_t block_count(const tpu_op *op) {
 
 static tpu_status run_rows(const tpu_op *op, int ith, int nth, forward_fn fwd, backward_fn bwd) {
     const tpu_tensor *x = &op->in[op->fn == TPU_NORM_LAYER_FORWARD ? 0 : 1];
-    /* Rows are independent: claimed in chunks of about an eighth of a
-     * share's (tpu_k_parts). */
+    /* Rows are independent: claimed in chunks (tpu_k_parts). */
     tpu_k_parts parts;
-    tpu_k_parts_init(&parts, x->sizes[0], x->sizes[0] / (8 * (int64_t)nth), ith, nth);
+    tpu_k_parts_init(&parts, x->sizes[0], 1, ith, nth);
     int64_t start, end;
     while (tpu_k_parts_next(&parts, &start, &end))
         for (int64_t r = start; r < end; r++) {

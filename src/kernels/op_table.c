@@ -772,8 +772,11 @@ int64_t *tpu_k_share_claims(void) {
     return t_claims;
 }
 
-void tpu_k_parts_init(tpu_k_parts *p, int64_t n, int64_t chunk, int ith, int nth) {
-    *p = (tpu_k_parts){n, chunk > 0 ? chunk : 1, nth > 1 ? t_claims : NULL, ith, nth, false};
+void tpu_k_parts_init(tpu_k_parts *p, int64_t n, int64_t granule, int ith, int nth) {
+    const int64_t per = 8 * (int64_t)(nth > 1 ? nth : 1), g = granule > 0 ? granule : 1;
+    const int64_t chunk = ((n > 0 ? n : 0) + per - 1) / per;
+    *p = (tpu_k_parts){n, chunk > g ? (chunk + g - 1) / g * g : g, nth > 1 ? t_claims : NULL, ith,
+                       nth, false};
 }
 
 bool tpu_k_parts_next(tpu_k_parts *p, int64_t *start, int64_t *end) {
@@ -847,13 +850,10 @@ void tpu_k_span_init(tpu_op_span *s, const tpu_op *op,
 
 void tpu_k_span_share(const tpu_op_span *s, int ith, int nth) {
     const tpu_op *op = s->op;
-    /* About 8 chunks a share when the run claims them (a share on a
-     * slower core takes fewer), each a multiple of 512 elements, so no
-     * two shares write one cache line. */
-    const int64_t n = tpu_k_numel(&op->out);
-    const int64_t chunk = ((n + 8 * (int64_t)nth - 1) / (8 * (int64_t)nth) + 511) & ~(int64_t)511;
+    /* Chunks of multiples of 512 elements: no two shares write one cache
+     * line. */
     tpu_k_parts parts;
-    tpu_k_parts_init(&parts, n, chunk, ith, nth);
+    tpu_k_parts_init(&parts, tpu_k_numel(&op->out), 512, ith, nth);
     for (int64_t start, end; tpu_k_parts_next(&parts, &start, &end);) {
         const char *in[3] = {NULL, NULL, NULL};
         for (int k = 0; k < s->n_in; k++)

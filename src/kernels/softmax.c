@@ -115,10 +115,9 @@ static tpu_status for_rows(const tpu_op *op, int ith, int nth, row_fn fn) {
         return TPU_OK;
     const int64_t *strides[3] = {r.outer_strides[0], r.outer_strides[1], r.outer_strides[2]};
     const tpu_tensor *y = is_backward(op) ? &op->in[1] : &op->in[0];
-    /* Rows are independent: claimed in chunks of about an eighth of a
-     * share's (tpu_k_parts). */
+    /* Rows are independent: claimed in chunks (tpu_k_parts). */
     tpu_k_parts parts;
-    tpu_k_parts_init(&parts, r.count, r.count / (8 * (int64_t)nth), ith, nth);
+    tpu_k_parts_init(&parts, r.count, 1, ith, nth);
     int64_t start, end;
     while (tpu_k_parts_next(&parts, &start, &end)) {
         tpu_k_iter it;
