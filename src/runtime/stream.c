@@ -1035,19 +1035,22 @@ static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
     return TPU_OK;
 }
 
-/* Asks for the cache lines the record will take in the ring, for
- * writing, before the checks run: the worker's core holds them (it read
+/* Asks for the cache lines the record will (likely) take in the ring,
+ * for writing, before the checks run: the worker's core holds them (it read
  * them a lap ago, and its prefetcher read ahead), and a store to a line
  * held elsewhere waits for it in the store buffer, which the next full
  * barrier (the allocator's lock, the GIL) must drain: about 200 ns a
  * record. Asked for here, they arrive while the checks run. Only a hint:
  * another submitter may take the spot first. */
-static void claim_ring_lines(const tpu_stream *s, const tpu_op *op) {
+#define CLAIMED_RING_BYTES 384 /* a binary op on 2-d tensors; a longer record claims the rest as it packs */
+
+static void claim_ring_lines(const tpu_stream *s) {
+    /* A fixed size: the record is not checked yet, so its own size (which
+     * reads n_in, n_aux and every ndim) cannot be trusted here. */
     const uint64_t at = atomic_load_explicit(&s->tail_mine, memory_order_relaxed);
-    const size_t nbytes = sizeof(ring_head) + tpu_record_packed_size(op);
     const unsigned char *p = s->ring + at % TPU_STREAM_RING_BYTES;
     const unsigned char *end = s->ring + TPU_STREAM_RING_BYTES;
-    for (size_t off = 0; off < nbytes && p + off < end; off += 64) {
+    for (size_t off = 0; off < CLAIMED_RING_BYTES && p + off < end; off += 64) {
 #if defined(__x86_64__) || defined(__i386__)
         /* Not __builtin_prefetch: without -mprfchw it reads, for sharing.
          * A CPU without PREFETCHW runs this encoding as a no-op. */
@@ -1065,7 +1068,7 @@ tpu_status tpu_stream_submit(tpu_stream *s, const tpu_op *op) {
     if (!s || !op)
         return tpu_set_error(TPU_ERR_INVALID_ARG, "tpu_stream_submit: %s is NULL",
                              s ? "op" : "stream");
-    claim_ring_lines(s, op);
+    claim_ring_lines(s);
     st = tpu_op_check(op);
     if (st == TPU_OK)
         st = check_device_memory(s, op);
