@@ -82,6 +82,21 @@ py::dict probe_machine(int threads, double seconds, int64_t stream_bytes) {
   return d;
 }
 
+// A CPU tensor over a tpu tensor's device memory (which lives in host
+// memory), with its sizes and strides: torch_tpu.distributed hands these
+// to gloo (_views.host_view). The view's storage keeps the tpu storage
+// alive through a C++ reference, so whichever thread frees the view last
+// (a gloo worker, often) needs no GIL: a storage made by frombuffer takes
+// the GIL in its deleter, and a gloo thread that takes the GIL while the
+// interpreter finalizes aborts the process.
+at::Tensor host_view(const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1, "_host_view: expected a tpu tensor, got ",
+                    t.device());
+  auto* keep = new c10::Storage(t.storage());
+  return at::from_blob(
+      t.data_ptr(), t.sizes(), t.strides(), [keep](void*) { delete keep; }, t.options().device(c10::kCPU));
+}
+
 }  // namespace
 }  // namespace torch_tpu
 
@@ -127,6 +142,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_fallback_error", &fallback_error);
   init_memory_bindings(m);
   init_signal_bindings(m);
+  m.def("_host_view", &host_view);
   m.def("_default_generator", [](int64_t index) {
     const at::Generator& gen = default_generator(chip_arg(index, "default_generators"));
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));

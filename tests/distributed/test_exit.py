@@ -28,3 +28,31 @@ def test_shutdown_waits_for_gloo_to_release_its_tensors():
     # tensors while the interpreter finalizes); this checks what prevents it.
     results = run_ranks(W.released_at_shutdown, 2, timeout=60).values()
     assert results == [dict(held=0, t=12.0, c=12.0, outs=[12.0, 12.0])] * 2  # (1 + 2), doubled twice
+
+
+def test_host_view_holds_the_device_memory_not_a_python_object():
+    # What lets a gloo thread drop a collective's view without the GIL (see
+    # _C._host_view): the view keeps the tpu storage through C++ alone.
+    import gc
+    import weakref
+
+    import torch
+
+    from torch_tpu.distributed._views import host_view
+
+    t = torch.arange(4096, dtype=torch.float32, device="tpu")[::2]
+    expected = t.cpu()
+    alive = weakref.ref(t)
+    view = host_view(t)
+    torch.tpu.synchronize()
+    assert view.device.type == "cpu" and view.stride() == t.stride() and torch.equal(view, expected)
+    del t
+    gc.collect()
+    assert alive() is None  # no Python object held by the view
+    # The block is not freed (nor reused) while the view lives.
+    others = [torch.full((4096,), -1.0, device="tpu") for _ in range(4)]
+    torch.tpu.synchronize()
+    assert torch.equal(view, expected)
+    view.add_(1)  # and it still aliases the device memory (nobody else holds it)
+    assert torch.equal(view, expected + 1)
+    del others

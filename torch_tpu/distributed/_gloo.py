@@ -94,7 +94,12 @@ class HandOver:
     collective, the worker in ~AsyncAllgatherWork -> decref_pyobject ->
     take_gil -> PyThread_exit_thread). ProcessGroupGloo.shutdown does not
     stop its threads (a no-op in c10d), so the group waits instead: an
-    alias's Python object dies exactly when gloo's last reference goes."""
+    alias's Python object dies exactly when gloo's last reference goes.
+    What that thread frees after the alias's Python object (its storage,
+    and with it a host view's hold on the device memory) must need no GIL:
+    host views are built in C++ for that reason (``_views.host_view``). A
+    ``frombuffer`` view's deleter took the GIL once more, just after the
+    alias's weakref had told the group that gloo was done."""
 
     def __init__(self, gloo: ProcessGroupGloo) -> None:
         self.gloo = gloo

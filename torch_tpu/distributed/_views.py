@@ -2,12 +2,12 @@
 cannot take as they are.
 
 The virtual TPU keeps its device memory in host memory, so a tpu tensor's
-``data_ptr()`` is a host address. ``host_view`` wraps that address in a
-ctypes array, hands it to ``torch.frombuffer`` and restrides the result, so
-gloo reads and writes the device memory in place. The ctypes array keeps a
-reference to the tpu tensor and ``frombuffer`` keeps a reference to the
-array, so the device block lives at least as long as the CPU view does,
-whoever drops the view last (gloo's worker thread included).
+``data_ptr()`` is a host address. ``host_view`` wraps that address in a CPU
+tensor with the same sizes and strides, so gloo reads and writes the device
+memory in place. The view's storage holds a C++ reference to the tpu
+storage, so the device block lives at least as long as the CPU view does,
+whoever drops the view last (gloo's worker thread included, without the
+GIL).
 
 A view is only meaningful once the work queued on the tensor's stream has
 run: ``Staging.drain`` synchronizes the streams before gloo touches memory.
@@ -23,10 +23,11 @@ What gloo cannot take as it is, the device converts first (``Staging``):
   would wrap); for data movement every dtype travels as its bytes.
 """
 import contextlib
-import ctypes
 from typing import Callable, List, Optional
 
 import torch
+
+from torch_tpu import _C as _tpu_C
 
 # dtypes gloo's kernels are instantiated for (GENERATE_ALL_TYPES in
 # ProcessGroupGlooDetail.hpp). bool runs as uint8, which is right for
@@ -53,17 +54,13 @@ def host_view(t: torch.Tensor) -> torch.Tensor:
     """A CPU tensor aliasing ``t``'s memory with ``t``'s sizes and strides.
 
     ``t`` on the CPU is returned as it is. For a tpu tensor the caller must
-    have drained the work queued on its stream. The view keeps ``t`` alive."""
+    have drained the work queued on its stream. The view keeps ``t``'s
+    storage alive, and freeing it needs no GIL (see ``_C._host_view``)."""
     if t.device.type == "cpu":
         return t
     if t.numel() == 0:
         return torch.empty(t.shape, dtype=t.dtype)
-    # Elements from the first to the last one the tensor can address.
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-    buf = (ctypes.c_char * (span * t.element_size())).from_address(t.data_ptr())
-    buf._tpu_tensor = t  # the device block lives as long as the buffer
-    flat = torch.frombuffer(buf, dtype=t.dtype)
-    return flat.as_strided(t.shape, t.stride())
+    return _tpu_C._host_view(t)
 
 
 def as_bytes(v: torch.Tensor, rows: bool = False) -> torch.Tensor:
