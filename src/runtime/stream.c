@@ -155,7 +155,15 @@ struct tpu_stream {
      * after packing a record would wait for the entry's cache lines to
      * come back from the worker's core: about 200 ns a record.
      *   worker_sleeping  the worker waits on work_cv (idle, or holding)
-     *   done_waiters     host threads wait on done_cv for completed_seq
+     *   done_wake_at     the lowest completed_seq a host thread sleeps
+     *                    for on done_cv (UINT64_MAX: none); a waiter
+     *                    lowers it, the waker that reaches it resets it
+     *                    and wakes them all, and those still short of
+     *                    their number lower it again. One wake-up per
+     *                    wait, not one per completed record: a thread
+     *                    that waits for the last of many records would
+     *                    otherwise wake (a futex call and a context
+     *                    switch on both sides) for every one of them.
      *   space_waiters    submitters wait on space_cv for room (head)
      * Fused mode (see "holding" below): `holding` says the worker holds a
      * run, so that only an entry that ends it, a threshold or a flush
@@ -163,7 +171,8 @@ struct tpu_stream {
      * for: held records up to it must run now. */
     _Alignas(64) _Atomic bool worker_sleeping;
     _Atomic bool holding;
-    _Atomic int done_waiters, space_waiters;
+    _Atomic uint64_t done_wake_at;
+    _Atomic int space_waiters;
     _Atomic uint64_t flush_seq;
 
     /* Sleeping and waking, and the kept error. */
@@ -246,10 +255,16 @@ void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
         return;
     tpu_wait_token token = tpu_rt_wait_begin();
     pthread_mutex_lock(&s->lock);
-    atomic_fetch_add(&s->done_waiters, 1);
-    while (atomic_load(&s->completed_seq) < seq)
+    for (;;) {
+        /* seq_cst, both: before the check (see the struct). A lower
+         * number already there wakes this thread first, to lower it again. */
+        uint64_t at = atomic_load(&s->done_wake_at);
+        while (seq < at && !atomic_compare_exchange_weak(&s->done_wake_at, &at, seq)) {
+        }
+        if (atomic_load(&s->completed_seq) >= seq)
+            break;
         pthread_cond_wait(&s->done_cv, &s->lock);
-    atomic_fetch_sub(&s->done_waiters, 1);
+    }
     pthread_mutex_unlock(&s->lock);
     tpu_rt_wait_end(token);
 }
@@ -262,8 +277,9 @@ static void complete_upto(tpu_stream *s, uint64_t seq) {
     /* seq_cst: publishes the records' effects to acquiring readers, and
      * orders the store before the flag reads below. */
     atomic_store(&s->completed_seq, seq);
-    if (atomic_load(&s->done_waiters) > 0) {
+    if (atomic_load(&s->done_wake_at) <= seq) {
         pthread_mutex_lock(&s->lock);
+        atomic_store(&s->done_wake_at, UINT64_MAX); /* the woken re-register */
         pthread_cond_broadcast(&s->done_cv);
         pthread_mutex_unlock(&s->lock);
     }
@@ -894,6 +910,7 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
         return tpu_set_error(TPU_ERR_HOST_MEMORY, "tpu_stream_get: no host memory for a stream");
     s->chip = chip;
     s->index = index;
+    atomic_init(&s->done_wake_at, UINT64_MAX);
     pthread_mutex_init(&s->lock, NULL);
     /* The worker's timed wait (fused mode) counts on the monotonic clock. */
     pthread_condattr_t attr;

@@ -441,6 +441,75 @@ static void test_wakeup_without_waiting(void) {
     }
 }
 
+/* Several host threads wait on one stream for different records (events
+ * recorded after each of a chain of gated host functions): each returns
+ * once its own record has run, and none before, whichever waiter the
+ * completing records wake first. */
+enum { WAITERS = 4 };
+
+typedef struct {
+    atomic_int *allowed; /* step i runs once allowed > i */
+    int step;
+    atomic_int *ran;
+} gated_step;
+
+static void run_gated(void *ctx) {
+    gated_step *g = ctx;
+    while (atomic_load(g->allowed) <= g->step)
+        sleep_ms(1);
+    atomic_store(&g->ran[g->step], 1);
+}
+
+typedef struct {
+    tpu_event *event;
+    atomic_int *ran_at_return; /* what ran[step] read when the wait returned */
+    atomic_int *ran;
+    int step;
+    atomic_int returned;
+} step_waiter;
+
+static void *wait_step(void *arg) {
+    step_waiter *w = arg;
+    tpu_status st = tpu_event_synchronize(w->event);
+    atomic_store(w->ran_at_return, st == TPU_OK ? atomic_load(&w->ran[w->step]) : -1);
+    atomic_store(&w->returned, 1);
+    return NULL;
+}
+
+static void test_waiters_for_different_records(void) {
+    tpu_stream *s = stream(0, 8);
+    atomic_int allowed = 0, ran[WAITERS] = {0}, ran_at_return[WAITERS] = {0};
+    gated_step steps[WAITERS];
+    step_waiter waiters[WAITERS];
+    pthread_t t[WAITERS];
+    for (int i = 0; i < WAITERS; i++) {
+        steps[i] = (gated_step){&allowed, i, ran};
+        CHECK_OK(tpu_stream_submit_host_fn(s, run_gated, &steps[i]));
+        waiters[i] = (step_waiter){NULL, &ran_at_return[i], ran, i, 0};
+        CHECK_OK(tpu_event_create(&waiters[i].event));
+        CHECK_OK(tpu_event_record(waiters[i].event, s));
+    }
+    /* Started last first, so that the highest numbers register first. */
+    for (int i = WAITERS - 1; i >= 0; i--)
+        pthread_create(&t[i], NULL, wait_step, &waiters[i]);
+    sleep_ms(20); /* past the waits' polling: asleep */
+    for (int k = 0; k <= WAITERS; k++) {
+        /* Steps below k are allowed: exactly waiters below k return. */
+        for (int i = 0; i < k; i++)
+            for (int ms = 0; ms < 2000 && !atomic_load(&waiters[i].returned); ms++)
+                sleep_ms(1);
+        sleep_ms(10);
+        for (int i = 0; i < WAITERS; i++)
+            CHECK(atomic_load(&waiters[i].returned) == (i < k));
+        atomic_store(&allowed, k + 1);
+    }
+    for (int i = 0; i < WAITERS; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(atomic_load(&ran_at_return[i]) == 1);
+        tpu_event_free(waiters[i].event);
+    }
+}
+
 int main(void) {
     setenv("TORCH_TPU_CHIPS", "2", 0);
     setenv("TORCH_TPU_NUM_THREADS", "4", 0);
@@ -457,5 +526,6 @@ int main(void) {
     test_records_of_every_size();
     test_submit_checks_device_memory();
     test_wakeup_without_waiting();
+    test_waiters_for_different_records();
     return check_report();
 }
