@@ -782,15 +782,28 @@ tpu_status tpu_mem_chip_of(const void *ptr, int *chip) {
                          "tpu_mem_chip_of: %p is not inside a live tpu allocation", ptr);
 }
 
+/* Whether [p, p + nbytes) lies in the bytes live block b was asked for. */
+static bool within(const block *b, const void *p, uint64_t nbytes) {
+    return b && nbytes <= b->requested && (uintptr_t)p - (uintptr_t)b->ptr <= b->requested - nbytes;
+}
+
 /* Whether [p, p + nbytes) lies in the bytes a live block of `a` was asked
  * for; exact block starts (every PyTorch storage) by hash, others by scan. */
 static bool range_live(allocator *a, const void *p, uint64_t nbytes, bool scan) {
     pthread_mutex_lock(&a->lock);
-    const block *b = scan ? live_find(a, p) : live_get(a, p);
-    bool ok = b && nbytes <= b->requested &&
-              (uintptr_t)p - (uintptr_t)b->ptr <= b->requested - nbytes;
+    bool ok = within(scan ? live_find(a, p) : live_get(a, p), p, nbytes);
     pthread_mutex_unlock(&a->lock);
     return ok;
+}
+
+int tpu_mem_first_unlisted(int chip, const tpu_mem_range *ranges, int n) {
+    allocator *a = &g_alloc[chip];
+    int i = 0;
+    pthread_mutex_lock(&a->lock);
+    while (i < n && within(live_get(a, ranges[i].p), ranges[i].p, ranges[i].nbytes))
+        i++;
+    pthread_mutex_unlock(&a->lock);
+    return i;
 }
 
 tpu_status tpu_mem_check_range(int chip, bool any_chip, const void *p, uint64_t nbytes) {

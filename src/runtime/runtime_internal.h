@@ -84,9 +84,22 @@ void tpu_mem_setup(int chips);
 
 /* Whether [p, p + nbytes) lies inside the bytes asked for by one live
  * block of `chip` (or, with any_chip, of any chip). TPU_OK, or
- * TPU_ERR_INVALID_ARG with a message naming the range. The stream's submit
- * path runs it on every device tensor of a record. */
+ * TPU_ERR_OUT_OF_BOUNDS with a message naming the range. */
 tpu_status tpu_mem_check_range(int chip, bool any_chip, const void *p, uint64_t nbytes);
+
+/* A range of device memory a record names: a storage's start and size. */
+typedef struct {
+    const void *p;
+    uint64_t nbytes;
+} tpu_mem_range;
+
+/* The common case of tpu_mem_check_range for a whole record, under one
+ * lock: the index of the first of ranges[0, n) that is not within a live
+ * block of `chip` starting at its p, or n if all are. Sets no error: the
+ * caller asks tpu_mem_check_range about the ranges from that index on
+ * (another chip's block, an interior address, or the message). The
+ * stream's submit path runs it on every record. */
+int tpu_mem_first_unlisted(int chip, const tpu_mem_range *ranges, int n);
 
 /* -------------------------------------------------------------- record.c */
 

@@ -1036,19 +1036,30 @@ static tpu_status check_live(const tpu_stream *s, const tpu_op *op, int k, bool 
 }
 
 static tpu_status check_device_memory(const tpu_stream *s, const tpu_op *op) {
+    /* The ranges and their slots (k as describe_slot counts them), then
+     * all of them under one allocator lock; only a range that is not a
+     * storage of this chip takes the slow path, in order from there. */
+    tpu_mem_range ranges[2 + TPU_OP_MAX_IN + TPU_OP_MAX_AUX];
+    int slot[2 + TPU_OP_MAX_IN + TPU_OP_MAX_AUX], n = 0;
     for (int k = -1; k < op->n_in + op->n_aux; k++) {
-        bool is_in = k >= 0 && k < op->n_in;
-        const tpu_tensor *t = k < 0 ? &op->out : is_in ? &op->in[k] : &op->aux[k - op->n_in];
+        const tpu_tensor *t = k < 0 ? &op->out : k < op->n_in ? &op->in[k] : &op->aux[k - op->n_in];
         bool host = (k < 0 && op->code == TPU_OP_COPY_D2H) || (k == 0 && op->code == TPU_OP_COPY_H2D);
         if (host || !t->data)
             continue; /* host memory, or no elements or absent (data is NULL then) */
-        bool any_chip = is_in && op->code == TPU_OP_COPY;
-        tpu_status st = check_live(s, op, k, any_chip, t->storage, t->storage_nbytes);
+        ranges[n] = (tpu_mem_range){t->storage, (uint64_t)t->storage_nbytes};
+        slot[n++] = k;
+    }
+    if (op->scratch_nbytes > 0) {
+        ranges[n] = (tpu_mem_range){op->scratch, (uint64_t)op->scratch_nbytes};
+        slot[n++] = op->n_in + op->n_aux;
+    }
+    for (int i = tpu_mem_first_unlisted(s->chip, ranges, n); i < n; i++) {
+        const int k = slot[i];
+        bool any_chip = k >= 0 && k < op->n_in && op->code == TPU_OP_COPY;
+        tpu_status st = check_live(s, op, k, any_chip, ranges[i].p, (int64_t)ranges[i].nbytes);
         if (st != TPU_OK)
             return st;
     }
-    if (op->scratch_nbytes > 0)
-        return check_live(s, op, op->n_in + op->n_aux, false, op->scratch, op->scratch_nbytes);
     return TPU_OK;
 }
 

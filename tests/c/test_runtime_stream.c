@@ -405,6 +405,17 @@ static void test_submit_checks_device_memory(void) {
     CHECK_OK(tpu_stream_submit(s0, &to_host));
     tpu_op host_as_device = copy_op(vec(host, 4, TPU_DTYPE_I32), vec(a, 4, TPU_DTYPE_I32));
     CHECK_STATUS(tpu_stream_submit(s0, &host_as_device), TPU_ERR_OUT_OF_BOUNDS);
+    /* A good out, then an input inside a (a live block's interior: allowed),
+     * then one that runs past its end: the error names that input. */
+    tpu_op interior = copy_op(vec(a, 2, TPU_DTYPE_I32), vec(a + 2, 2, TPU_DTYPE_I32));
+    CHECK_OK(tpu_stream_submit(s0, &interior));
+    int32_t *c = NULL;
+    CHECK_OK(tpu_mem_alloc(0, 4 * sizeof(int32_t), s0, (void **)&c));
+    tpu_op past_end = copy_op(vec(c, 4, TPU_DTYPE_I32), vec(a + 1, 4, TPU_DTYPE_I32));
+    tpu_clear_error();
+    CHECK_STATUS(tpu_stream_submit(s0, &past_end), TPU_ERR_OUT_OF_BOUNDS);
+    CHECK_CONTAINS(tpu_last_error_message(), "copy: the storage of in[0]: 16 bytes at");
+    CHECK_OK(tpu_mem_free(c));
     CHECK_OK(tpu_stream_synchronize(s0));
 
     CHECK_OK(tpu_mem_free(a));
