@@ -696,6 +696,23 @@ tpu_status tpu_mem_free_ctx(void *ptr, void *context) {
     if (!ptr)
         return TPU_OK;
     int chips = tpu_rt_chip_count();
+    /* The common case under one lock: a block that takes no mark (see
+     * queue_free_mark: not fused mode, not counted in by a mark, or a
+     * worker's free) is freed where it is found. */
+    const bool marks = !tpu_stream_on_worker(), fused = tpu_mode_get() == TPU_MODE_FUSED;
+    for (int c = 0; c < chips; c++) {
+        allocator *a = &g_alloc[c];
+        pthread_mutex_lock(&a->lock);
+        block *b = live_get(a, ptr);
+        const bool unmarked = b && !(marks && (fused || b->counted_by_mark));
+        if (unmarked)
+            free_block(a, live_remove(a, ptr), context, false);
+        pthread_mutex_unlock(&a->lock);
+        if (unmarked)
+            return TPU_OK;
+        if (b)
+            break;
+    }
     bool by_mark = queue_free_mark(ptr, chips);
     for (int c = 0; c < chips; c++) {
         allocator *a = &g_alloc[c];
