@@ -197,6 +197,47 @@ def test_views_outside_their_storage_are_refused(mode_name):
     assert out.strip() == "ok"
 
 
+def test_view_over_a_storage_shrunk_to_nothing_is_refused():
+    # Offset 0 over an empty storage: the view's data pointer is NULL.
+    x = torch.arange(20.0, device="tpu")
+    v = x[:10]
+    x.untyped_storage().resize_(0)
+    ones = torch.ones(10, device="tpu")
+    for name, op in {"add": lambda: v + 1, "add_": lambda: v.add_(1),
+                     "out": lambda: torch.add(ones, 1, out=v),
+                     "where": lambda: torch.where(ones > 0, ones, v),
+                     "addcmul": lambda: torch.addcmul(ones, ones, v),
+                     "lerp": lambda: torch.lerp(ones, v, 0.5)}.items():
+        with pytest.raises(RuntimeError, match="resized"):
+            op()
+            torch.tpu.synchronize()
+    assert (torch.ones(3, device="tpu") * 2).sum().item() == 6
+
+
+def test_many_dim_view_outside_its_storage_writes_nothing():
+    """More dims than a record holds: the op runs as several records, one
+    per slice. A view of such a tensor that leaves its storage is refused
+    before any of them runs, so the output is left as it was."""
+    nd, strides, s = 14, [], 1
+    for _ in range(nd):  # no two dims merge
+        strides.insert(0, s)
+        s = 2 * s + 1
+    x = torch.arange(sum(strides) + 1, dtype=torch.float32, device="tpu")
+    v = x.as_strided([2] * nd, strides)
+    x.untyped_storage().resize_(20000 * 4)  # the first slices still fit, the last do not
+    out = torch.full([2] * nd, -7.0, device="tpu")
+    with pytest.raises(RuntimeError, match="resized"):
+        torch.add(v, 1, out=out)
+        torch.tpu.synchronize()
+    assert torch.equal(out.cpu(), torch.full([2] * nd, -7.0))
+    left = torch.empty(0, device="tpu").set_(x.untyped_storage(), 0, (20000,))  # what the storage keeps
+    keep = left.cpu()
+    with pytest.raises(RuntimeError, match="resized"):
+        v.add_(1)
+        torch.tpu.synchronize()
+    assert torch.equal(left.cpu(), keep)
+
+
 def test_shrunk_storage_itself_still_works():
     x = torch.arange(256.0, device="tpu")
     x.untyped_storage().resize_(16)

@@ -32,6 +32,11 @@ void submit_iterator_slices(const at::TensorIteratorBase& iter, tpu_op& op, int 
   for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(arg(i)));
   const int ndim = iter.ndim();
   const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
+  // One record checks its own ranges at submit, all or nothing; several
+  // would be checked one by one, after the first ones had run, so the
+  // tensors are checked whole before any is queued.
+  if (kept < ndim)
+    for (int i = 0; i < n_tensors; i++) check_in_storage(iter.tensor(arg(i)), name);
   // Outer dims [kept, ndim) are walked here, fastest first.
   c10::SmallVector<int64_t, 4> idx(ndim - kept, 0);
   while (true) {

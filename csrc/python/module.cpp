@@ -92,6 +92,7 @@ py::dict probe_machine(int threads, double seconds, int64_t stream_bytes) {
 at::Tensor host_view(const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.device().type() == c10::DeviceType::PrivateUse1, "_host_view: expected a tpu tensor, got ",
                     t.device());
+  check_in_storage(t, "_host_view");  // a view left over a shrunk storage reads no freed memory
   auto* keep = new c10::Storage(t.storage());
   return at::from_blob(
       t.data_ptr(), t.sizes(), t.strides(), [keep](void*) { delete keep; }, t.options().device(c10::kCPU));

@@ -25,7 +25,8 @@ static tpu_status check_in_storage(const char *name, const char *what, const tpu
                                    int64_t first, int64_t end) {
     if (t->storage == NULL || t->storage_nbytes < 0)
         return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
-                             "%s: %s has elements but no storage bounds (storage %p, %lld bytes)",
+                             "%s: %s has elements but no storage bounds (storage %p, %lld bytes; "
+                             "was the storage resized under it?)",
                              name, what, t->storage, (long long)t->storage_nbytes);
     /* The view's offset in its storage, in bytes; compared as integers, as
      * the pointers need not point into one object. */
@@ -87,8 +88,11 @@ static tpu_status check_tensor(const tpu_op *op, const char *what, const tpu_ten
     if (ext == INT64_MAX || __builtin_mul_overflow(ext + 1, es, &bytes))
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has strides too large for its sizes",
                              name, what);
+    /* No data for elements: a view over a storage resized to nothing. */
     if (t->data == NULL)
-        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has %lld elements but data is NULL",
+        return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
+                             "%s: %s has %lld elements but data is NULL (was the storage resized "
+                             "under it?)",
                              name, what, (long long)numel);
     return check_in_storage(name, what, t, lo * es, (hi + 1) * es);
 }

@@ -56,3 +56,18 @@ def test_host_view_holds_the_device_memory_not_a_python_object():
     view.add_(1)  # and it still aliases the device memory (nobody else holds it)
     assert torch.equal(view, expected + 1)
     del others
+
+
+def test_host_view_of_a_view_outside_its_storage_is_refused():
+    import pytest
+    import torch
+
+    from torch_tpu import _C
+
+    x = torch.arange(1 << 20, dtype=torch.float32, device="tpu")
+    t = x[(1 << 20) - 10:]
+    x.untyped_storage().resize_(16)
+    with pytest.raises(RuntimeError, match="resized"):
+        _C._host_view(t)
+    with pytest.raises(ValueError, match="expected a tpu tensor"):
+        _C._host_view(torch.ones(2))
