@@ -207,7 +207,8 @@ def test_view_over_a_storage_shrunk_to_nothing_is_refused():
                      "out": lambda: torch.add(ones, 1, out=v),
                      "where": lambda: torch.where(ones > 0, ones, v),
                      "addcmul": lambda: torch.addcmul(ones, ones, v),
-                     "lerp": lambda: torch.lerp(ones, v, 0.5)}.items():
+                     "lerp": lambda: torch.lerp(ones, v, 0.5),
+                     "host_scalar_first": lambda: torch.sub(torch.tensor(1.0), v)}.items():
         with pytest.raises(RuntimeError, match="resized"):
             op()
             torch.tpu.synchronize()

@@ -154,6 +154,7 @@ void submit_iterator(at::TensorIteratorBase& iter, tpu_op_code code, int32_t fn,
   std::vector<at::Tensor> moved;
   for (int arg = 0; arg < n_tensors; arg++) {
     if (!iter.is_cpu_scalar(arg)) {
+      if (iter.data_ptr(arg) == nullptr) check_in_storage(iter.tensor(arg), name);  // as in submit_iterator_slices
       *iterator_slot(op, arg) = describe_iterator_operand(iter, arg, static_cast<char*>(iter.data_ptr(arg)), iter.ndim());
       continue;
     }

@@ -29,7 +29,12 @@ void submit_iterator_slices(const at::TensorIteratorBase& iter, tpu_op& op, int 
   TORCH_INTERNAL_ASSERT(n_tensors >= 1 && n_tensors <= 1 + TPU_OP_MAX_IN);
   auto arg = [&](int k) { return args ? args[k] : k; };
   std::array<char*, 1 + TPU_OP_MAX_IN> data;
-  for (int i = 0; i < n_tensors; i++) data[i] = static_cast<char*>(iter.data_ptr(arg(i)));
+  for (int i = 0; i < n_tensors; i++) {
+    data[i] = static_cast<char*>(iter.data_ptr(arg(i)));
+    // No data for elements: a view over a storage resized to nothing,
+    // which the record's check would take for a missing operand.
+    if (data[i] == nullptr) check_in_storage(iter.tensor(arg(i)), name);
+  }
   const int ndim = iter.ndim();
   const int kept = ndim < TPU_MAX_DIMS ? ndim : TPU_MAX_DIMS;
   // One record checks its own ranges at submit, all or nothing; several

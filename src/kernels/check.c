@@ -88,11 +88,8 @@ static tpu_status check_tensor(const tpu_op *op, const char *what, const tpu_ten
     if (ext == INT64_MAX || __builtin_mul_overflow(ext + 1, es, &bytes))
         return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has strides too large for its sizes",
                              name, what);
-    /* No data for elements: a view over a storage resized to nothing. */
     if (t->data == NULL)
-        return tpu_set_error(TPU_ERR_OUT_OF_BOUNDS,
-                             "%s: %s has %lld elements but data is NULL (was the storage resized "
-                             "under it?)",
+        return tpu_set_error(TPU_ERR_INVALID_ARG, "%s: %s has %lld elements but data is NULL",
                              name, what, (long long)numel);
     return check_in_storage(name, what, t, lo * es, (hi + 1) * es);
 }
