@@ -19,7 +19,7 @@ PyTorch's OpenMP workers spin for a few milliseconds after each parallel
 region (libgomp's default), and with the two sides sampled in turn that
 spinning thread would take a core from the tpu sample that follows (on a
 2-core machine it doubled the tpu's times). Each sample is therefore
-preceded by a pause (SETTLE_S) in which the spinning ends, then by one
+preceded by a busy pause (SETTLE_S, see settle()) in which the spinning ends, then by one
 untimed call of the same side, so that each timed call finds its own
 threads awake (as in a loop of calls) and the other side's asleep.
 Making the workers wait passively instead (OMP_WAIT_POLICY=PASSIVE, what
@@ -52,6 +52,18 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 # spinning 5-10 ms after a parallel region (measured with
 # time.process_time across a sleep), the tpu's workers sooner.
 SETTLE_S = 0.03
+
+
+def settle() -> None:
+    """The pause before a sample: SETTLE_S of busy waiting on this thread.
+    Not a sleep: on the KVM guests here, a process that sleeps 30 ms lets
+    its vCPUs go idle, and the CPU side's next calls then took 4 or 8 ms
+    (one or two scheduler ticks) instead of 0.2-0.5 in about half the
+    samples, with or without torch_tpu imported; with a busy pause they do
+    not (2026-12-06)."""
+    end = time.perf_counter() + SETTLE_S
+    while time.perf_counter() < end:
+        pass
 
 
 @dataclass
@@ -93,7 +105,7 @@ def interleaved_all(fns: dict[str, Callable[[], object]], repeat: int,
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
-            time.sleep(SETTLE_S)  # the other side's threads stop spinning
+            settle()  # the other side's threads stop spinning
             fn()  # untimed: this side's threads are awake, as in a loop of calls
             torch.tpu.synchronize()
             start = time.perf_counter()
