@@ -79,8 +79,10 @@ int tpu_pool_num_threads(void) {
     return g_pool.size;
 }
 
-/* How long a thread of the pool polls before it sleeps. */
-#define POOL_SPIN_NS 50000
+/* How long a thread of the pool polls before it sleeps: as the stream's
+ * worker (stream.c, WORKER_SPIN_NS), since it serves that worker's next
+ * op; the caller waits for claimed shares as long. */
+#define POOL_SPIN_NS 1000000
 
 /* Claims the next unclaimed share of the current region: its ith, or 0
  * when none is left. Under `lock`. */

@@ -219,15 +219,23 @@ uint64_t tpu_stream_completed_seq(const tpu_stream *s) {
 
 /* Before a thread sleeps on a condition it polls the counter behind it
  * for a while: waking a sleeping thread costs tens of microseconds on a
- * VM, more than a small op takes.
- *   HOST_SPIN_NS    a host thread waiting for records (before it sleeps
- *                   and gives up the GIL); CUDA's synchronize spins too
- *   WORKER_SPIN_NS  an idle worker waiting for the next record: small ops
- *                   run faster than Python issues them, so without it each
- *                   submit would pay a futex wake-up and the worker a
- *                   context switch */
+ * VM, more than a small op takes, and up to a few hundred when the other
+ * vCPU has gone idle (measured 2026-12-06: a single 1M-element mul, issued
+ * after a pause, took 0.66 ms against the CPU's 0.41 with spins of 50 and
+ * 30 us, 0.52 with these).
+ *   HOST_SPIN_NS       a host thread waiting for records, holding the GIL
+ *                      (the wait hooks release it only to wait longer);
+ *                      CUDA's synchronize spins too
+ *   HOST_SPIN_FREE_NS  then without the GIL, before it sleeps
+ *   WORKER_SPIN_NS     an idle worker waiting for the next record: small
+ *                      ops run faster than Python issues them, so without
+ *                      it each submit would pay a futex wake-up and the
+ *                      worker a context switch
+ * A polling thread yields its core every microsecond or so
+ * (tpu_rt_poll_until), so it delays no runnable thread. */
 #define HOST_SPIN_NS 30000
-#define WORKER_SPIN_NS 50000
+#define HOST_SPIN_FREE_NS 1000000
+#define WORKER_SPIN_NS 1000000
 
 /* Wakes the worker if it sleeps (see the struct: the caller has stored,
  * seq_cst, what the worker's condition reads). */
@@ -254,6 +262,10 @@ void tpu_stream_wait_seq(tpu_stream *s, uint64_t seq) {
     if (tpu_rt_poll_until(&s->completed_seq, seq, HOST_SPIN_NS))
         return;
     tpu_wait_token token = tpu_rt_wait_begin();
+    if (tpu_rt_poll_until(&s->completed_seq, seq, HOST_SPIN_FREE_NS)) {
+        tpu_rt_wait_end(token);
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     for (;;) {
         /* seq_cst, both: before the check (see the struct). A lower
