@@ -652,37 +652,29 @@ static void free_block(allocator *a, block *b, void *context, bool counted_out_b
  * the block can be handed out again (the caller still owns it), and
  * unlocked: a full ring makes the caller wait for the worker, which may
  * itself free memory. */
-static bool queue_free_mark(const void *ptr, int chips) {
-    if (tpu_stream_on_worker())
-        return false;
-    const bool fused = tpu_mode_get() == TPU_MODE_FUSED;
-    for (int c = 0; c < chips; c++) {
-        allocator *a = &g_alloc[c];
-        pthread_mutex_lock(&a->lock);
-        block *b = live_get(a, ptr);
-        bool pending = false;
-        tpu_block_mark m = {.ptr = ptr};
-        int index = 0;
-        bool by_mark = false;
-        if (b) {
-            for (int i = 0; i < b->n_uses; i++)
-                pending = pending || use_pending_at_free(&b->uses[i]);
-            index = b->stream;
-            by_mark = b->counted_by_mark;
-            m.nbytes = b->size;
-            m.pool = (uint8_t)tpu_mem_pool_of(b->segment->size);
-            m.kind = fused && !pending ? TPU_MARK_FREE : TPU_MARK_RELEASE;
-            m.pairs = !b->used_elsewhere;
-        }
-        pthread_mutex_unlock(&a->lock);
-        if (!b)
-            continue;
-        tpu_stream *own = tpu_stream_peek(c, index);
-        if (!own || !(fused || by_mark))
-            return false;
-        return queue_mark(a, own, &m);
+static bool queue_free_mark(int chip, const void *ptr, bool fused) {
+    allocator *a = &g_alloc[chip];
+    pthread_mutex_lock(&a->lock);
+    block *b = live_get(a, ptr);
+    bool pending = false;
+    tpu_block_mark m = {.ptr = ptr};
+    int index = 0;
+    bool by_mark = false;
+    if (b) {
+        for (int i = 0; i < b->n_uses; i++)
+            pending = pending || use_pending_at_free(&b->uses[i]);
+        index = b->stream;
+        by_mark = b->counted_by_mark;
+        m.nbytes = b->size;
+        m.pool = (uint8_t)tpu_mem_pool_of(b->segment->size);
+        m.kind = fused && !pending ? TPU_MARK_FREE : TPU_MARK_RELEASE;
+        m.pairs = !b->used_elsewhere;
     }
-    return false;
+    pthread_mutex_unlock(&a->lock);
+    tpu_stream *own = b ? tpu_stream_peek(chip, index) : NULL;
+    if (!own || !(fused || by_mark))
+        return false;
+    return queue_mark(a, own, &m);
 }
 
 tpu_status tpu_mem_free(void *ptr) {
@@ -696,9 +688,9 @@ tpu_status tpu_mem_free_ctx(void *ptr, void *context) {
     if (!ptr)
         return TPU_OK;
     int chips = tpu_rt_chip_count();
-    /* The common case under one lock: a block that takes no mark (see
-     * queue_free_mark: not fused mode, not counted in by a mark, or a
-     * worker's free) is freed where it is found. */
+    /* A block that takes no mark (outside fused mode and not counted in by
+     * one, or a worker's free, which queues none) is freed under the lock
+     * that finds it; else its mark is queued first (queue_free_mark). */
     const bool marks = !tpu_stream_on_worker(), fused = tpu_mode_get() == TPU_MODE_FUSED;
     for (int c = 0; c < chips; c++) {
         allocator *a = &g_alloc[c];
@@ -710,19 +702,17 @@ tpu_status tpu_mem_free_ctx(void *ptr, void *context) {
         pthread_mutex_unlock(&a->lock);
         if (unmarked)
             return TPU_OK;
-        if (b)
-            break;
-    }
-    bool by_mark = queue_free_mark(ptr, chips);
-    for (int c = 0; c < chips; c++) {
-        allocator *a = &g_alloc[c];
+        if (!b)
+            continue;
+        bool by_mark = queue_free_mark(c, ptr, fused);
         pthread_mutex_lock(&a->lock);
-        block *b = live_remove(a, ptr);
+        b = live_remove(a, ptr);
         if (b)
             free_block(a, b, context, by_mark);
         pthread_mutex_unlock(&a->lock);
         if (b)
             return TPU_OK;
+        break; /* freed by another thread meanwhile */
     }
     return tpu_set_error(TPU_ERR_INVALID_ARG,
                          "tpu_mem_free: %p was not allocated by the torch-tpu allocator, or was "
