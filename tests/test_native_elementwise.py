@@ -382,3 +382,74 @@ def test_mixed_dtypes_and_layouts(name, fn):
     want = fn(d)
     got = fn({k: v.to("tpu") for k, v in d.items()})
     check(want, got)
+
+
+# add, sub, mul and div of two contiguous tensors of one floating dtype and
+# shape skip the TensorIterator (elementwise.cpp's lean path); these cases
+# sit on both sides of its conditions, each against the CPU.
+LEAN_OPS = [torch.add, torch.sub, torch.mul, torch.div, lambda a, b: torch.add(a, b, alpha=2.5),
+            lambda a, b: torch.sub(a, b, alpha=-3)]
+LEAN_INPLACE = [lambda a, b: a.add_(b), lambda a, b: a.sub_(b, alpha=2), lambda a, b: a.mul_(b),
+                lambda a, b: a.div_(b)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape", [(7, 37), (), (1,), (3, 1, 1, 5), (2,) * 12, (1,) * 13])
+def test_lean_binary_same_shape(dtype, shape):
+    if torch.Size(shape).numel() < 5:  # too few elements for inputs()' special values
+        a, b = torch.randn(shape).to(dtype), torch.randn(shape).to(dtype)
+    else:
+        a, b = inputs(dtype, shape, seed=11), inputs(dtype, shape, seed=12)
+    at, bt = a.to("tpu"), b.to("tpu")
+    for fn in LEAN_OPS:
+        expected, got = fn(a, b), fn(at, bt)
+        check(expected, got)
+        assert got.stride() == expected.stride()
+    for fn in LEAN_INPLACE:
+        x, xt = a.clone(), at.clone()
+        assert fn(xt, bt) is xt
+        check(fn(x, b), xt)
+        x, xt = a.clone(), at.clone()
+        check(fn(x, x), fn(xt, xt))  # the operand is self: a full overlap
+
+
+def test_lean_binary_edges():
+    # contiguous with odd strides on size-1 dims: the result's strides as the CPU's
+    a = torch.randn(6).as_strided((2, 1, 3), (3, 100, 1))
+    at = torch.randn(6, device="tpu").copy_(torch.randn(6)).as_strided((2, 1, 3), (3, 100, 1))
+    at.copy_(a)
+    for fn in LEAN_OPS:
+        assert fn(at, at).stride() == fn(a, a).stride()
+        check(fn(a, a), fn(at, at))
+    # a one-element bf16 factor, read in the compute type as the CPU reads it
+    x, y = torch.tensor([1.1], dtype=torch.bfloat16), torch.tensor([3.3], dtype=torch.bfloat16)
+    for fn in (torch.mul, torch.div):
+        check(fn(x, y), fn(x.to("tpu"), y.to("tpu")))
+    # an in-place operand that partly overlaps self: the CPU's error
+    base, base_t = torch.arange(10.0), torch.arange(10.0, device="tpu")
+    with pytest.raises(RuntimeError, match="single memory location"):
+        base[:8].add_(base[1:9])
+    with pytest.raises(RuntimeError, match="single memory location"):
+        base_t[:8].add_(base_t[1:9])
+    # views of one storage that do not overlap take the lean path
+    lo, hi = base[:5], base[5:]
+    lo_t, hi_t = base_t[:5], base_t[5:]
+    lo.mul_(hi)
+    lo_t.mul_(hi_t)
+    check(base, base_t)
+    # alphas the meta refuses, and one that overflows the dtype
+    t = torch.ones(3, device="tpu")
+    with pytest.raises(RuntimeError, match="Boolean alpha only supported"):
+        torch.add(t, t, alpha=True)
+    with pytest.raises(RuntimeError):
+        torch.add(t, t, alpha=1j)
+    with pytest.raises(RuntimeError, match="overflow"):
+        torch.add(t.half(), t.half(), alpha=1e6)
+    with pytest.raises(RuntimeError, match="overflow"):
+        t.half().sub_(t.half(), alpha=-1e6)
+    # integers and mixed dtypes stay on the structured path, with its promotion
+    i = torch.tensor([7, -7, 3])
+    for fn in (torch.div, torch.add, torch.mul):
+        check(fn(i, i), fn(i.to("tpu"), i.to("tpu")))
+        check(fn(i.float(), i.double()), fn(i.float().to("tpu"), i.double().to("tpu")))
+

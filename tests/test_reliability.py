@@ -162,6 +162,9 @@ _NATIVE_OPS_ON_VIEW = {
     "add_": lambda v: v.add_(1),
     "mul_out": lambda v: torch.mul(torch.ones(128, device="tpu"), 2, out=v),
     "div_tensor": lambda v: torch.ones(128, device="tpu") / v,
+    "add_same_shape": lambda v: v + v,
+    "mul_same_shape_": lambda v: v.mul_(torch.ones(128, device="tpu")),
+    "sub_same_shape_into_other": lambda v: torch.ones(128, device="tpu").sub_(v),
     "sum": lambda v: v.sum(),
     "mean_dim": lambda v: v.view(8, 16).mean(1),
     "mm": lambda v: v.view(8, 16) @ torch.ones(16, 4, device="tpu"),
@@ -204,6 +207,8 @@ def test_view_over_a_storage_shrunk_to_nothing_is_refused():
     x.untyped_storage().resize_(0)
     ones = torch.ones(10, device="tpu")
     for name, op in {"add": lambda: v + 1, "add_": lambda: v.add_(1),
+                     "add_same_shape": lambda: v + ones, "mul_same_shape_": lambda: v.mul_(ones),
+                     "div_same_shape_into_other": lambda: ones.div_(v),
                      "out": lambda: torch.add(ones, 1, out=v),
                      "where": lambda: torch.where(ones > 0, ones, v),
                      "addcmul": lambda: torch.addcmul(ones, ones, v),

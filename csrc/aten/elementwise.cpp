@@ -499,6 +499,116 @@ struct structured_inplace_from {
   m.impl(#op "_." overload, structured_inplace_from<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>::call); \
   m.impl(#op "." out_overload, structured_out<at::meta::MetaName, kernel, "aten::" #op, __VA_ARGS__>)
 
+// ------------------------------------------------------------ lean path
+// The commonest binary call, two contiguous tensors of one floating dtype
+// and one shape on one chip, skips the TensorIterator: building it is a
+// quarter of a tiny op's host time, and for such operands its result is
+// known (the same dtype, a contiguous output, every dim merged into one).
+// The record is the one submit_iterator would build from that iterator.
+// Any other call (broadcasting, promotion, strides, host scalars,
+// a partly overlapping in-place operand) takes the structured path, whose
+// meta also raises every error.
+
+// Whether a and b take the lean path for fn; *dt is their dtype if so.
+bool lean_operands(const at::Tensor& a, const at::Tensor& b, tpu_binary_fn fn, tpu_dtype* dt) {
+  const at::ScalarType type = a.scalar_type();
+  return a.device() == b.device() && type == b.scalar_type() && at::isFloatingType(type) &&
+         to_tpu_dtype(type, dt) && tpu_op_fn_takes(TPU_OP_BINARY, fn, *dt) && a.sizes() == b.sizes() &&
+         a.dim() <= TPU_MAX_DIMS && a.is_contiguous() && b.is_contiguous() && a.numel() > 0 && !a.is_neg() &&
+         !b.is_neg() && a.const_data_ptr() != nullptr &&
+         b.const_data_ptr() != nullptr;
+}
+
+// t as one dim of contiguous elements (t is contiguous).
+tpu_tensor flat(const at::Tensor& t, const char* name) {
+  tpu_tensor d = describe(t, name);
+  d.ndim = 1;
+  d.sizes[0] = t.numel();
+  d.strides[0] = 1;
+  return d;
+}
+
+void submit_lean(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, tpu_binary_fn fn, tpu_dtype dt,
+                 tpu_scalar alpha) {
+  const char* name = op_label(TPU_OP_BINARY, fn);
+  tpu_op op{};
+  op.code = TPU_OP_BINARY;
+  op.fn = fn;
+  op.n_in = 2;
+  op.p.ew.common = dt;
+  op.p.ew.alpha = alpha;
+  op.p.ew.rounding = TPU_ROUND_NONE;
+  // As mul_div: a one-element second factor of bf16/f16 in the compute type.
+  op.p.ew.b_opmath = (fn == TPU_BINARY_MUL || fn == TPU_BINARY_DIV) && at::isReducedFloatingType(a.scalar_type()) &&
+                     b.numel() == 1;
+  op.out = flat(out, name);
+  op.in[0] = flat(a, name);
+  op.in[1] = flat(b, name);
+  submit(a.device().index(), op, name);
+}
+
+// alpha as add_kernel takes it; false for an alpha the meta would refuse
+// for a floating dtype (bool, complex), left to it.
+bool lean_alpha(const c10::Scalar& alpha, at::ScalarType type, tpu_scalar* out) {
+  if (alpha.isBoolean() || alpha.isComplex()) return false;
+  (void)to_tpu_scalar(alpha, type, /*checked=*/true);
+  *out = to_tpu_scalar(alpha, type, /*checked=*/false);
+  return true;
+}
+
+// In place, the lean path also needs other to be self or to share no
+// memory with it (TensorIterator refuses a partial overlap).
+bool lean_inplace(const at::Tensor& self, const at::Tensor& other) {
+  return !self.is_alias_of(other) || (self.const_data_ptr() == other.const_data_ptr() &&
+                                      self.strides() == other.strides());
+}
+
+// add.Tensor and sub.Tensor, then their in-place forms.
+template <class Meta, tpu_binary_fn Fn, OpName Name>
+at::Tensor lean_add(T self, T other, S alpha) {
+  tpu_dtype dt;
+  tpu_scalar a;
+  if (lean_operands(self, other, Fn, &dt) && lean_alpha(alpha, self.scalar_type(), &a)) {
+    at::Tensor out = new_output(self.sizes(), {}, self.options());
+    submit_lean(out, self, other, Fn, dt, a);
+    return out;
+  }
+  return structured_functional<Meta, &add_kernel<Fn>, Name, T, T, S>(self, other, alpha);
+}
+
+template <class Meta, tpu_binary_fn Fn, OpName Name>
+at::Tensor& lean_add_(at::Tensor& self, T other, S alpha) {
+  tpu_dtype dt;
+  tpu_scalar a;
+  if (lean_operands(self, other, Fn, &dt) && lean_inplace(self, other) && lean_alpha(alpha, self.scalar_type(), &a)) {
+    submit_lean(self, self, other, Fn, dt, a);
+    return self;
+  }
+  return structured_inplace<Meta, &add_kernel<Fn>, Name, T, S>(self, other, alpha);
+}
+
+// mul.Tensor and div.Tensor, then their in-place forms.
+template <class Meta, auto Kernel, tpu_binary_fn Fn, OpName Name>
+at::Tensor lean_mul(T self, T other) {
+  tpu_dtype dt;
+  if (lean_operands(self, other, Fn, &dt)) {
+    at::Tensor out = new_output(self.sizes(), {}, self.options());
+    submit_lean(out, self, other, Fn, dt, tpu_scalar{1.0, 1});
+    return out;
+  }
+  return structured_functional<Meta, Kernel, Name, T, T>(self, other);
+}
+
+template <class Meta, auto Kernel, tpu_binary_fn Fn, OpName Name>
+at::Tensor& lean_mul_(at::Tensor& self, T other) {
+  tpu_dtype dt;
+  if (lean_operands(self, other, Fn, &dt) && lean_inplace(self, other)) {
+    submit_lean(self, self, other, Fn, dt, tpu_scalar{1.0, 1});
+    return self;
+  }
+  return structured_inplace<Meta, Kernel, Name, T>(self, other);
+}
+
 // clamp's Scalar? bounds arrive as optionals; its meta takes references.
 at::OptionalScalarRef ref(const std::optional<c10::Scalar>& s) {
   return s.has_value() ? at::OptionalScalarRef(&s.value()) : at::OptionalScalarRef();
@@ -680,10 +790,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("hardswish.out", at::native::hardswish_out);
 
   // Binary, structured.
-  TPU_BINARY_OVERLOAD(m, add, "Tensor", structured_add_Tensor, &add_kernel<TPU_BINARY_ADD>, T, T, S);
-  TPU_BINARY_OVERLOAD(m, sub, "Tensor", structured_sub_Tensor, &add_kernel<TPU_BINARY_SUB>, T, T, S);
-  TPU_BINARY_OVERLOAD(m, mul, "Tensor", structured_mul_Tensor, &mul_kernel, T, T);
-  TPU_BINARY_OVERLOAD(m, div, "Tensor", structured_div_Tensor, &div_kernel, T, T);
+  // add, sub, mul and div take the lean path where it applies.
+  using at::meta::structured_add_Tensor, at::meta::structured_sub_Tensor;
+  using at::meta::structured_mul_Tensor, at::meta::structured_div_Tensor;
+  m.impl("add.Tensor", lean_add<structured_add_Tensor, TPU_BINARY_ADD, "aten::add">);
+  m.impl("add_.Tensor", lean_add_<structured_add_Tensor, TPU_BINARY_ADD, "aten::add">);
+  m.impl("add.out", structured_out<structured_add_Tensor, &add_kernel<TPU_BINARY_ADD>, "aten::add", T, T, S>);
+  m.impl("sub.Tensor", lean_add<structured_sub_Tensor, TPU_BINARY_SUB, "aten::sub">);
+  m.impl("sub_.Tensor", lean_add_<structured_sub_Tensor, TPU_BINARY_SUB, "aten::sub">);
+  m.impl("sub.out", structured_out<structured_sub_Tensor, &add_kernel<TPU_BINARY_SUB>, "aten::sub", T, T, S>);
+  m.impl("mul.Tensor", lean_mul<structured_mul_Tensor, &mul_kernel, TPU_BINARY_MUL, "aten::mul">);
+  m.impl("mul_.Tensor", lean_mul_<structured_mul_Tensor, &mul_kernel, TPU_BINARY_MUL, "aten::mul">);
+  m.impl("mul.out", structured_out<structured_mul_Tensor, &mul_kernel, "aten::mul", T, T>);
+  m.impl("div.Tensor", lean_mul<structured_div_Tensor, &div_kernel, TPU_BINARY_DIV, "aten::div">);
+  m.impl("div_.Tensor", lean_mul_<structured_div_Tensor, &div_kernel, TPU_BINARY_DIV, "aten::div">);
+  m.impl("div.out", structured_out<structured_div_Tensor, &div_kernel, "aten::div", T, T>);
   TPU_BINARY_OVERLOAD_OUT(m, div, "Tensor_mode", "out_mode", structured_div_Tensor_mode, &div_mode_kernel, T, T,
                           std::optional<c10::string_view>);
   m.impl("maximum", structured_functional<at::meta::structured_maximum, &binary_kernel<TPU_BINARY_MAXIMUM>, "aten::maximum", T, T>);
