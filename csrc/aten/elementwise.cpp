@@ -519,12 +519,18 @@ bool lean_operands(const at::Tensor& a, const at::Tensor& b, tpu_binary_fn fn, t
          b.const_data_ptr() != nullptr;
 }
 
-// t as one dim of contiguous elements (t is contiguous).
-tpu_tensor flat(const at::Tensor& t, const char* name) {
-  tpu_tensor d = describe(t, name);
+// t as one dim of contiguous elements, with its storage's bounds (t is
+// contiguous, of dtype dt, with data: lean_operands holds).
+tpu_tensor flat(const at::Tensor& t, tpu_dtype dt) {
+  tpu_tensor d{};
+  d.data = const_cast<void*>(t.const_data_ptr());
+  d.dtype = dt;
   d.ndim = 1;
   d.sizes[0] = t.numel();
   d.strides[0] = 1;
+  const c10::Storage& storage = t.storage();
+  d.storage = const_cast<void*>(storage.data());
+  d.storage_nbytes = static_cast<int64_t>(storage.nbytes());
   return d;
 }
 
@@ -541,9 +547,9 @@ void submit_lean(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b
   // As mul_div: a one-element second factor of bf16/f16 in the compute type.
   op.p.ew.b_opmath = (fn == TPU_BINARY_MUL || fn == TPU_BINARY_DIV) && at::isReducedFloatingType(a.scalar_type()) &&
                      b.numel() == 1;
-  op.out = flat(out, name);
-  op.in[0] = flat(a, name);
-  op.in[1] = flat(b, name);
+  op.out = flat(out, dt);
+  op.in[0] = flat(a, dt);
+  op.in[1] = flat(b, dt);
   submit(a.device().index(), op, name);
 }
 

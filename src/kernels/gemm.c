@@ -823,11 +823,14 @@ tpu_status tpu_k_mm_fast_blocks(const tpu_op *op, int ith, int nth, const tpu_op
     mpb = (mpb + mr - 1) / mr * mr;
     g.apack = workspace(WS_A, mcb * kcb);
     g.bpack = workspace(WS_B, kcb * ncb);
-    g.cbuf = workspace(WS_C, mpb * ncb);
+    /* C's rows one cache line apart beyond the block's width: at a width
+     * of a power of two floats, a tile's rows would all map to the same
+     * L1 sets, beside the B sliver streaming through them. */
+    g.ldc = ncb + 16;
+    g.cbuf = workspace(WS_C, mpb * g.ldc);
     if (g.apack == NULL || g.bpack == NULL || g.cbuf == NULL)
         return tpu_set_error(TPU_ERR_HOST_MEMORY, "%s: cannot allocate GEMM packing buffers",
                              tpu_k_op_label(op));
-    g.ldc = ncb;
     if (claimed && um == m && m <= g.mp) {
         /* Units that differ only in their columns: pack A once (up to
          * PANEL_MAX_BYTES, else block by block as it is used). */
