@@ -279,22 +279,30 @@ void softplus_backward_kernel(at::TensorIteratorBase& iter, const at::Tensor&, c
 
 // add and sub: a + alpha * b and a - alpha * b, alpha in the common dtype
 // (the meta has checked that it fits).
+// PyTorch converts alpha to the common dtype with an overflow check (int8
+// alpha=1000 raises); the record keeps the unrounded value.
+tpu_scalar alpha_param(const c10::Scalar& alpha, at::ScalarType common) {
+  (void)to_tpu_scalar(alpha, common, /*checked=*/true);
+  return to_tpu_scalar(alpha, common, /*checked=*/false);
+}
+
 template <tpu_binary_fn Fn>
 void add_kernel(at::TensorIteratorBase& iter, const at::Tensor&, const at::Tensor&, const c10::Scalar& alpha) {
   EwParams p;
-  // PyTorch converts alpha to the common dtype with an overflow check
-  // (int8 alpha=1000 raises); the record keeps the unrounded value.
-  (void)to_tpu_scalar(alpha, iter.common_dtype(), /*checked=*/true);
-  p.alpha = to_tpu_scalar(alpha, iter.common_dtype(), /*checked=*/false);
+  p.alpha = alpha_param(alpha, iter.common_dtype());
   submit_iterator(iter, TPU_OP_BINARY, Fn, p);
 }
 
 // mul and div: PyTorch's CPU kernels read a one-element second operand of
 // f16/bf16 unrounded, in the compute type.
+bool b_in_opmath(at::ScalarType common, bool b_is_one_element) {
+  return at::isReducedFloatingType(common) && b_is_one_element;
+}
+
 void mul_div(at::TensorIteratorBase& iter, tpu_binary_fn fn, tpu_rounding rounding) {
   EwParams p;
   p.rounding = rounding;
-  p.b_opmath = at::isReducedFloatingType(iter.common_dtype()) && iter.is_scalar(2);
+  p.b_opmath = b_in_opmath(iter.common_dtype(), iter.is_scalar(2));
   submit_iterator(iter, TPU_OP_BINARY, fn, p);
 }
 
@@ -514,9 +522,8 @@ bool lean_operands(const at::Tensor& a, const at::Tensor& b, tpu_binary_fn fn, t
   const at::ScalarType type = a.scalar_type();
   return a.device() == b.device() && type == b.scalar_type() && at::isFloatingType(type) &&
          to_tpu_dtype(type, dt) && tpu_op_fn_takes(TPU_OP_BINARY, fn, *dt) && a.sizes() == b.sizes() &&
-         a.dim() <= TPU_MAX_DIMS && a.is_contiguous() && b.is_contiguous() && a.numel() > 0 && !a.is_neg() &&
-         !b.is_neg() && a.const_data_ptr() != nullptr &&
-         b.const_data_ptr() != nullptr;
+         a.is_contiguous() && b.is_contiguous() && a.numel() > 0 && !a.is_neg() && !b.is_neg() &&
+         a.const_data_ptr() != nullptr && b.const_data_ptr() != nullptr;
 }
 
 // t as one dim of contiguous elements, with its storage's bounds (t is
@@ -544,9 +551,7 @@ void submit_lean(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b
   op.p.ew.common = dt;
   op.p.ew.alpha = alpha;
   op.p.ew.rounding = TPU_ROUND_NONE;
-  // As mul_div: a one-element second factor of bf16/f16 in the compute type.
-  op.p.ew.b_opmath = (fn == TPU_BINARY_MUL || fn == TPU_BINARY_DIV) && at::isReducedFloatingType(a.scalar_type()) &&
-                     b.numel() == 1;
+  op.p.ew.b_opmath = (fn == TPU_BINARY_MUL || fn == TPU_BINARY_DIV) && b_in_opmath(a.scalar_type(), b.numel() == 1);
   op.out = flat(out, dt);
   op.in[0] = flat(a, dt);
   op.in[1] = flat(b, dt);
@@ -557,8 +562,7 @@ void submit_lean(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b
 // for a floating dtype (bool, complex), left to it.
 bool lean_alpha(const c10::Scalar& alpha, at::ScalarType type, tpu_scalar* out) {
   if (alpha.isBoolean() || alpha.isComplex()) return false;
-  (void)to_tpu_scalar(alpha, type, /*checked=*/true);
-  *out = to_tpu_scalar(alpha, type, /*checked=*/false);
+  *out = alpha_param(alpha, type);
   return true;
 }
 
