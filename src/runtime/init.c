@@ -4,12 +4,13 @@
  * Initialisation runs under a mutex and is published by a release store of
  * g_ready; a failed attempt (a malformed variable) publishes nothing, so the
  * next call tries again, e.g. after the user fixed the variable. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -137,8 +138,12 @@ static tpu_status bad_var(const char *name, const char *value, const char *expec
                          value, expected);
 }
 
-static int online_cores(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+/* The cores this process may run on (its CPU mask, as libgomp counts
+ * them for PyTorch's threads), else the online ones. */
+static int usable_cores(void) {
+    cpu_set_t mask;
+    long n = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask)
+                                                           : sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         return 1;
     return n > TPU_THREADS_MAX ? TPU_THREADS_MAX : (int)n;
@@ -179,11 +184,18 @@ static tpu_status read_config(tpu_config *cfg) {
         cfg->memory_limit = bytes;
     }
 
-    cfg->num_threads = online_cores();
+    cfg->num_threads = usable_cores();
     if ((v = env("TORCH_TPU_NUM_THREADS"))) {
         if (!parse_int(v, 1, TPU_THREADS_MAX, &n))
             return bad_var("TORCH_TPU_NUM_THREADS", v, "an integer in 1..1024");
         cfg->num_threads = (int)n;
+    }
+
+    cfg->bind_threads = true;
+    if ((v = env("TORCH_TPU_BIND_THREADS"))) {
+        if (!parse_bool(v, &b))
+            return bad_var("TORCH_TPU_BIND_THREADS", v, "0 or 1");
+        cfg->bind_threads = b;
     }
 
     /* Debug wins over fused when both are asked: it is the mode for
@@ -233,7 +245,7 @@ static tpu_status setup(const tpu_config *cfg) {
         return st;
     g_chip_count = chips;
     tpu_mem_setup(chips);
-    tpu_pool_setup(cfg->num_threads);
+    tpu_pool_setup(cfg->num_threads, cfg->bind_threads);
     tpu_mode_setup(cfg->mode);
     if (cfg->reference >= 0)
         tpu_kernels_set_reference(cfg->reference == 1);

@@ -19,6 +19,7 @@
 #ifndef TPU_RUNTIME_INTERNAL_H
 #define TPU_RUNTIME_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,7 @@ typedef struct {
     tpu_generation generation; /* TORCH_TPU_GENERATION */
     uint64_t memory_limit;     /* TORCH_TPU_MEMORY_LIMIT in bytes; 0 = none */
     int num_threads;           /* TORCH_TPU_NUM_THREADS */
+    bool bind_threads;         /* TORCH_TPU_BIND_THREADS */
     tpu_mode mode;             /* TPU_LAUNCH_BLOCKING, TORCH_TPU_DEFER_AND_FUSE */
     int reference;             /* TORCH_TPU_REFERENCE: -1 unset, 0 or 1 */
     int isa;                   /* TORCH_TPU_ISA: -1 unset, else a tpu_isa */
@@ -264,8 +266,17 @@ void tpu_mode_setup(tpu_mode mode);
 
 /* ---------------------------------------------------------------- pool.c */
 
-/* Sets the pool size (threads, caller included); called once by init. The
- * worker threads start on the first parallel region. */
-void tpu_pool_setup(int num_threads);
+/* Sets the pool size (threads, caller included) and whether the runtime's
+ * threads are bound to cores; called once by init. The worker threads
+ * start on the first parallel region. */
+void tpu_pool_setup(int num_threads, bool bind);
+
+/* Binds thread `t`, the k-th of the runtime's compute threads, to its core
+ * when the pool binds (see pool.c, "Binding"); otherwise does nothing.
+ * Pool worker ith is k = ith; stream workers are k = 0, 1, ... in the
+ * order they start, so the first (a chip's default stream, which runs
+ * share 0 of the regions it calls) has the core no pool worker has. A
+ * failure leaves the thread where the OS puts it. */
+void tpu_pool_bind_thread(pthread_t t, int k);
 
 #endif

@@ -1,8 +1,10 @@
 /* Initialisation: configuration from the environment (valid values in
  * fresh forked children, malformed values in this process before it
  * initialises), chip properties, generations, fork detection. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,7 +18,7 @@
 static const char *const k_vars[] = {
     "TORCH_TPU_CHIPS",     "TORCH_TPU_GENERATION", "TORCH_TPU_MEMORY_LIMIT",
     "TORCH_TPU_NUM_THREADS", "TPU_LAUNCH_BLOCKING", "TORCH_TPU_DEFER_AND_FUSE",
-    "TORCH_TPU_REFERENCE",
+    "TORCH_TPU_REFERENCE", "TORCH_TPU_BIND_THREADS",
 };
 
 static void clear_env(void) {
@@ -31,6 +33,7 @@ static int in_child(void (*fn)(void)) {
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
+        atomic_store(&check_failed_, 0); /* the parent's failures are not the child's */
         fn();
         _exit(atomic_load(&check_failed_) ? 1 : 0);
     }
@@ -54,7 +57,10 @@ static void child_defaults(void) {
     CHECK(p.total_memory == 16 * GIB && p.hbm_bytes == 16 * GIB);
     CHECK(p.hbm_bandwidth == 819e9 && p.peak_bf16_flops == 197e12 && p.mxu_size == 128);
     CHECK(p.chip_count == 1);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    /* One thread per core of the process's CPU mask. */
+    cpu_set_t mask;
+    long cores = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask)
+                                                               : sysconf(_SC_NPROCESSORS_ONLN);
     CHECK(tpu_pool_num_threads() == (cores < 1 ? 1 : cores > 1024 ? 1024 : cores));
     CHECK(tpu_mode_get() == TPU_MODE_STRICT);
 }
@@ -133,6 +139,119 @@ static void child_empty_values(void) {
     CHECK(tpu_chip_count() == 1);
 }
 
+/* ------------------------------------------ binding of compute threads */
+
+/* What the binding children find: the process's mask, and the masks of a
+ * pool worker and of a stream worker. */
+typedef struct {
+    pthread_t caller;
+    atomic_int worker_seen;
+    cpu_set_t worker_mask;
+} bind_probe;
+
+/* A share: on a thread other than the caller (a pool worker), notes its
+ * mask; on the caller, lingers so that a worker gets to claim a share. */
+static tpu_status probe_share(void *ctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    bind_probe *p = ctx;
+    if (!pthread_equal(pthread_self(), p->caller)) {
+        if (!atomic_exchange(&p->worker_seen, 1))
+            sched_getaffinity(0, sizeof p->worker_mask, &p->worker_mask);
+    } else {
+        sleep_ms(1);
+    }
+    return TPU_OK;
+}
+
+static void note_mask(void *ctx) {
+    sched_getaffinity(0, sizeof(cpu_set_t), ctx);
+}
+
+/* The k-th core of `mask`, or -1. */
+static int kth_core(const cpu_set_t *mask, int k) {
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, mask) && k-- == 0)
+            return c;
+    return -1;
+}
+
+/* Runs a 2-thread region until a pool worker ran a share, and a host
+ * function on the default stream; *pool and *stream get their threads'
+ * masks. */
+static void probe_bindings(cpu_set_t *pool, cpu_set_t *stream) {
+    bind_probe p;
+    memset(&p, 0, sizeof p);
+    p.caller = pthread_self();
+    for (int rep = 0; rep < 1000 && !atomic_load(&p.worker_seen); rep++)
+        CHECK_OK(tpu_pool_run(probe_share, &p, 2));
+    CHECK(atomic_load(&p.worker_seen));
+    *pool = p.worker_mask;
+    tpu_stream *s;
+    CHECK_OK(tpu_stream_get(0, 0, &s));
+    CHECK_OK(tpu_stream_submit_host_fn(s, note_mask, stream));
+    CHECK_OK(tpu_stream_synchronize(s));
+}
+
+/* Bound (the default): the stream worker on the mask's first core, pool
+ * worker 1 on its second; the host thread keeps its mask. */
+static void child_bound(void) {
+    clear_env();
+    setenv("TORCH_TPU_NUM_THREADS", "2", 1);
+    cpu_set_t before, after, pool, stream, want;
+    CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+    CHECK_OK(tpu_runtime_init());
+    probe_bindings(&pool, &stream);
+    CPU_ZERO(&want);
+    CPU_SET(kth_core(&before, 0), &want);
+    CHECK(CPU_EQUAL(&stream, &want));
+    CPU_ZERO(&want);
+    CPU_SET(kth_core(&before, 1), &want);
+    CHECK(CPU_EQUAL(&pool, &want));
+    CHECK(sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&after, &before));
+}
+
+/* TORCH_TPU_BIND_THREADS=0: every thread keeps the process's mask. */
+static void child_unbound(void) {
+    clear_env();
+    setenv("TORCH_TPU_NUM_THREADS", "2", 1);
+    setenv("TORCH_TPU_BIND_THREADS", "0", 1);
+    cpu_set_t before, pool, stream;
+    CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+    CHECK_OK(tpu_runtime_init());
+    probe_bindings(&pool, &stream);
+    CHECK(CPU_EQUAL(&pool, &before) && CPU_EQUAL(&stream, &before));
+}
+
+/* A pool with more threads than the mask has cores is not bound: two
+ * threads on one core would be worse than letting the OS move them. */
+static void child_too_many_threads(void) {
+    clear_env();
+    cpu_set_t before, pool, stream;
+    CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+    char n[16];
+    snprintf(n, sizeof n, "%d", CPU_COUNT(&before) + 1);
+    setenv("TORCH_TPU_NUM_THREADS", n, 1);
+    CHECK_OK(tpu_runtime_init());
+    probe_bindings(&pool, &stream);
+    CHECK(CPU_EQUAL(&pool, &before) && CPU_EQUAL(&stream, &before));
+}
+
+static void test_binding(void) {
+    cpu_set_t mask;
+    if (sched_getaffinity(0, sizeof mask, &mask) != 0 || CPU_COUNT(&mask) < 2) {
+        printf("skip test_binding: fewer than 2 cores in the CPU mask\n");
+        return;
+    }
+    void (*children[])(void) = {child_bound, child_unbound, child_too_many_threads};
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++) {
+        int rc = in_child(children[i]);
+        CHECK(rc == 0);
+        if (rc != 0)
+            fprintf(stderr, "    binding child %zu exited with %d\n", i, rc);
+    }
+}
+
 static void test_valid_configs(void) {
     void (*children[])(void) = {
         child_defaults,     child_v5p,          child_v6e,         child_v7x,
@@ -186,6 +305,7 @@ static void test_malformed(void) {
     check_rejected("TPU_LAUNCH_BLOCKING", "maybe");
     check_rejected("TORCH_TPU_DEFER_AND_FUSE", "2");
     check_rejected("TORCH_TPU_REFERENCE", "yes please");
+    check_rejected("TORCH_TPU_BIND_THREADS", "2");
 }
 
 /* --------------------------------------------- generations, init, fork */
@@ -271,6 +391,7 @@ static void test_fork(void) {
 
 int main(void) {
     test_valid_configs(); /* before this process initialises */
+    test_binding();
     test_malformed();
     test_generation_names();
     test_init();
