@@ -136,30 +136,40 @@ tpu_status tpu_k_softmax_ref(const tpu_op *op, int ith, int nth) {
 /* --------------------------------------------------------- fast path */
 
 #if TPU_K_X86
-/* Lanes of the max: independent running maxima, combined in lane order
- * at the end (a max is exact, so only NaN, handled apart, could tell an
- * order), so the loop does not wait on one accumulator. */
-enum { MAX_LANES = 8 };
-
-/* The max of x[0..n), and whether some element is NaN. */
+/* The max of x[0..n), and whether some element is NaN. Four vectors of
+ * running maxima, so that the loop waits on no single accumulator (one
+ * compare-and-blend chain made this the slowest pass of a softmax row).
+ * A max is exact whatever the order of its operands, except for NaN
+ * (tracked apart, and the caller hands such rows to the reference) and
+ * the choice between -0 and +0, which no result of the row depends on
+ * (x - mx and exp see either zero alike). */
 __attribute__((target("avx2,fma"))) static float row_max_f32(const float *x, int64_t n, bool *nan) {
-    __m256 m = _mm256_set1_ps(-INFINITY), bad = _mm256_setzero_ps();
+    __m256 m[4], bad = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++)
+        m[k] = _mm256_set1_ps(-INFINITY);
     int64_t i = 0;
-    for (; i + MAX_LANES <= n; i += MAX_LANES) {
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++) {
+            __m256 v = _mm256_loadu_ps(x + i + 8 * k);
+            m[k] = _mm256_max_ps(v, m[k]); /* m[k] where v is NaN */
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+    for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
-        m = _mm256_blendv_ps(m, v, _mm256_cmp_ps(v, m, _CMP_GT_OQ));
+        m[0] = _mm256_max_ps(v, m[0]);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     }
-    float lanes[MAX_LANES];
-    _mm256_storeu_ps(lanes, m);
+    __m256 all = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, all);
     bool any = _mm256_movemask_ps(bad) != 0;
+    float mx = -INFINITY;
+    for (int k = 0; k < 8; k++)
+        mx = lanes[k] > mx ? lanes[k] : mx;
     for (; i < n; i++) {
-        lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
+        mx = x[i] > mx ? x[i] : mx;
         any = any || x[i] != x[i];
     }
-    float mx = lanes[0];
-    for (int k = 1; k < MAX_LANES; k++)
-        mx = lanes[k] > mx ? lanes[k] : mx;
     *nan = any;
     return mx;
 }
