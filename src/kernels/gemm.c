@@ -23,9 +23,11 @@
  * steps per 32-bit pair, twice the products per instruction), else an
  * f32 kernel under MXCSR's FTZ/DAZ, else the portable flushing kernel;
  * all three give the reference kernel's bytes. */
+#define _DEFAULT_SOURCE
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "convert.h"
 #include "gemm.h"
@@ -607,6 +609,25 @@ static void ws_key_init(void) {
     g_ws_key_ok = pthread_key_create(&g_ws_key, ws_free) == 0;
 }
 
+/* A buffer of *bytes (a multiple of 64), or NULL. One of a megabyte or
+ * more (the B panel, the C block) is rounded up to whole 2 MiB pages and
+ * asked to be backed by huge pages: the micro-kernels walk the panels
+ * and the C block's rows across hundreds of 4 KiB pages per block, and
+ * with huge pages 1024^3 and 2048^3 ran 3-4 % faster on a 2-core Xeon
+ * (2026-12-07). *bytes is updated to the size allocated. */
+static float *ws_alloc(size_t *bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (*bytes < huge / 2)
+        return aligned_alloc(64, *bytes);
+    *bytes = (*bytes + huge - 1) & ~(huge - 1);
+    float *p = aligned_alloc(huge, *bytes);
+#ifdef MADV_HUGEPAGE
+    if (p != NULL)
+        (void)madvise(p, *bytes, MADV_HUGEPAGE); /* advice: failure costs nothing */
+#endif
+    return p;
+}
+
 /* This thread's 64-byte aligned buffer `slot` of at least n floats, or
  * NULL when memory runs out. Its contents are not kept. */
 static float *workspace(int slot, int64_t n) {
@@ -624,7 +645,7 @@ static float *workspace(int slot, int64_t n) {
     size_t bytes = ((size_t)n * sizeof(float) + 63u) & ~(size_t)63u;
     if (w->bytes[slot] < bytes) {
         free(w->p[slot]);
-        w->p[slot] = aligned_alloc(64, bytes);
+        w->p[slot] = ws_alloc(&bytes);
         w->bytes[slot] = w->p[slot] != NULL ? bytes : 0;
     }
     return w->p[slot];
@@ -659,15 +680,45 @@ static gemm_plan plan_of(const tpu_op *op) {
     return p;
 }
 
-/* Runs every micro-tile of an mb x nb C block over packed k block kb. */
+/* Asks for the C tile of `rows` x `cols` floats at c (rows ldc apart)
+ * in L1 ahead of its kernel call: the tile comes and goes from the C
+ * block, which with the B panel and the A block exceeds L2, and the
+ * kernel's first act is to load it (the chains continue from it) or to
+ * store it. Fetched one call ahead (about a microsecond of the
+ * kernel), the tile no longer stalls it for L3: 2048^3 ran 3-5 % faster
+ * on a 2-core Xeon, 1024^3 within the noise (2026-12-07). */
+static inline void prefetch_tile(const float *c, int64_t ldc, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j += 16)
+            __builtin_prefetch(c + r * ldc + j, 1);
+}
+
+/* prefetch_tile of the tile after (jr, ir) in run_tiles' order, if any. */
+static inline void prefetch_next_tile(const gemm_plan *p, int64_t mb, int64_t nb, const float *cbuf,
+                                      int64_t ldc, int64_t jr, int64_t ir) {
+    if (ir + p->mr < mb)
+        ir += p->mr;
+    else if (jr + p->nr < nb)
+        jr += p->nr, ir = 0;
+    else
+        return;
+    int64_t rows = mb - ir < p->mr ? mb - ir : p->mr, cols = nb - jr < p->nr ? nb - jr : p->nr;
+    prefetch_tile(cbuf + ir * ldc + jr, ldc, rows, cols);
+}
+
+/* Runs every micro-tile of an mb x nb C block over packed k block kb,
+ * column panel by column panel; each call prefetches the next call's
+ * tile (the next row tile, else the next panel's first). */
 static void run_tiles(const gemm_plan *p, int64_t kb, int64_t mb, int64_t nb, const float *apack,
                       const float *bpack, float *cbuf, int64_t ldc, bool accumulate) {
     if (p->pair != NULL) {
         int64_t kq = (kb + 1) / 2;
         const uint32_t *a = (const uint32_t *)apack, *b = (const uint32_t *)bpack;
         for (int64_t jr = 0; jr < nb; jr += p->nr)
-            for (int64_t ir = 0; ir < mb; ir += p->mr)
+            for (int64_t ir = 0; ir < mb; ir += p->mr) {
+                prefetch_next_tile(p, mb, nb, cbuf, ldc, jr, ir);
                 p->pair(kq, a + ir * kq, b + jr * kq, cbuf + ir * ldc + jr, ldc, accumulate);
+            }
         return;
     }
 #if TPU_K_X86
@@ -680,9 +731,11 @@ static void run_tiles(const gemm_plan *p, int64_t kb, int64_t mb, int64_t nb, co
     }
 #endif
     for (int64_t jr = 0; jr < nb; jr += p->nr)
-        for (int64_t ir = 0; ir < mb; ir += p->mr)
+        for (int64_t ir = 0; ir < mb; ir += p->mr) {
+            prefetch_next_tile(p, mb, nb, cbuf, ldc, jr, ir);
             p->f32(kb, apack + ir * kb, 1, p->mr, bpack + jr * kb, p->nr, cbuf + ir * ldc + jr,
                    ldc, accumulate);
+        }
 #if TPU_K_X86
     if (p->mxcsr_flush)
         _mm_setcsr(saved);
