@@ -383,19 +383,13 @@ static bool f32_simple_run(tpu_isa isa, tpu_unary_fn fn, const tpu_scalar *args,
  * 4 lanes); -std=c11 keeps the compiler from contracting anything into an
  * fma, so every level gives the same bytes. */
 #define ACT_PRE_BODY                                                                               \
-    if (fn == TPU_UNARY_GELU) {                                                                    \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            t[i] = x[i] * (float)TPU_K_SQRT1_2;                                                    \
-    } else if (fn == TPU_UNARY_GELU_TANH) {                                                        \
+    if (fn == TPU_UNARY_GELU_TANH) {                                                               \
         const float beta = (float)(TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5), kappa = 0.044715f;         \
         for (int64_t i = 0; i < n; i++)                                                            \
             t[i] = beta * (x[i] + kappa * x[i] * x[i] * x[i]);                                     \
     }
 #define ACT_POST_BODY                                                                              \
-    if (fn == TPU_UNARY_GELU) {                                                                    \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            o[i] = x[i] * 0.5f * (1.0f + t[i]);                                                    \
-    } else if (fn == TPU_UNARY_GELU_TANH) {                                                        \
+    if (fn == TPU_UNARY_GELU_TANH) {                                                               \
         for (int64_t i = 0; i < n; i++)                                                            \
             o[i] = 0.5f * x[i] * (1.0f + t[i]);                                                    \
     } else { /* SILU, MISH */                                                                      \
@@ -466,12 +460,15 @@ static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const flo
             tpu_vm_f32(vm, o, x, n);
             return;
         }
+        if (fn == TPU_UNARY_GELU) { /* x * 0.5 * (1 + erf(x / sqrt 2)), one pass */
+            tpu_vm_gelu_erf_f32(o, x, n);
+            return;
+        }
         bool act = true;
         switch (fn) {
-        case TPU_UNARY_GELU:      /* x * 0.5 * (1 + erf(x / sqrt 2)) */
         case TPU_UNARY_GELU_TANH: /* 0.5 x (1 + tanh(beta (x + kappa x^3))) */
             act_pre(isa, fn, t, x, n);
-            tpu_vm_f32(fn == TPU_UNARY_GELU ? TPU_VM_ERF : TPU_VM_TANH, t, t, n);
+            tpu_vm_f32(TPU_VM_TANH, t, t, n);
             break;
         case TPU_UNARY_SILU: /* x * sigmoid(x) */
             tpu_vm_f32(TPU_VM_SIGMOID, t, x, n);

@@ -226,6 +226,7 @@ VM_PORTABLE_LOOP(sigmoid, k_sigmoid_s(x))
 VM_PORTABLE_LOOP(erf, k_erf_s(x))
 VM_PORTABLE_LOOP(sin, vm_sin_s(x))
 VM_PORTABLE_LOOP(cos, vm_cos_s(x))
+VM_PORTABLE_LOOP(gelu_erf, k_gelu_erf_s(x))
 
 /* The portable tpu_vm_exp_rows_f32 (the vector levels' tail too). */
 static void vm_exp_rows_s(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
@@ -314,6 +315,7 @@ VM_AVX2_LOOP(sigmoid, k_sigmoid_avx2, -1)
 VM_AVX2_LOOP(erf, k_erf_avx2, -1)
 VM_AVX2_LOOP(sin, k_sin_avx2, 0)
 VM_AVX2_LOOP(cos, k_cos_avx2, 1)
+VM_AVX2_LOOP(gelu_erf, k_gelu_erf_avx2, -1)
 
 VM_AVX512_LOOP(exp, k_exp_avx512, -1)
 VM_AVX512_LOOP(expm1, k_expm1_avx512, -1)
@@ -325,6 +327,7 @@ VM_AVX512_LOOP(sigmoid, k_sigmoid_avx512, -1)
 VM_AVX512_LOOP(erf, k_erf_avx512, -1)
 VM_AVX512_LOOP(sin, k_sin_avx512, 0)
 VM_AVX512_LOOP(cos, k_cos_avx512, 1)
+VM_AVX512_LOOP(gelu_erf, k_gelu_erf_avx512, -1)
 
 static const vm_array_fn k_avx2_fns[] = {
     [TPU_VM_EXP] = vm_exp_array_avx2,         [TPU_VM_EXPM1] = vm_expm1_array_avx2,
@@ -412,6 +415,23 @@ void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n) {
     }
 #endif
     k_portable_fns[fn](out, in, n);
+}
+
+void tpu_vm_gelu_erf_f32(float *out, const float *in, int64_t n) {
+    if (n <= 0)
+        return;
+#if TPU_K_X86
+    tpu_isa isa = tpu_kernels_get_isa();
+    if (isa >= TPU_ISA_AVX512) {
+        vm_gelu_erf_array_avx512(out, in, n);
+        return;
+    }
+    if (isa >= TPU_ISA_AVX2) {
+        vm_gelu_erf_array_avx2(out, in, n);
+        return;
+    }
+#endif
+    vm_gelu_erf_array_s(out, in, n);
 }
 
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x) {

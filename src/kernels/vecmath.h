@@ -52,6 +52,16 @@ void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n);
 void tpu_vm_exp_rows_f32(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
                          float *sum);
 
+/* GELU's erf form over an array: out[i] = x * 0.5 * (1 + erf(x * c))
+ * with x = in[i] and c = float(1/sqrt 2), each step one f32 operation in
+ * that order and erf as TPU_VM_ERF computes it, in one pass: the bits of
+ * those steps done one array at a time, on every ISA level. (Not a
+ * tpu_vm_fn: for x << 0 the formula cancels, as PyTorch's does, so its
+ * error is stated per element as eps * |x| absolute, not in ulp.)
+ *   out, in  n floats each; out may equal in, must not otherwise overlap
+ *   n <= 0 does nothing */
+void tpu_vm_gelu_erf_f32(float *out, const float *in, int64_t n);
+
 /* fn(x) for one value, bit-identical to what tpu_vm_f32 gives for x.
  * Returns NaN for an invalid fn. */
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x);

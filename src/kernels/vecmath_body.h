@@ -285,6 +285,16 @@ VM_ATTR VF VM_SFX(k_erf)(VF x) {
     return VM_SFX(vnanfix)(x, y);
 }
 
+/* -------------------------------------------------- gelu, erf form */
+
+/* x * 0.5 * (1 + erf(x * float(1/sqrt 2))), as the unary kernel computed
+ * it in three passes (the argument, TPU_VM_ERF, the result): the same f32
+ * operations in the same order, in one pass over the data. */
+VM_ATTR VF VM_SFX(k_gelu_erf)(VF x) {
+    VF e = VM_SFX(k_erf)(vmul(x, vc(0x1.6a09e6p-1f)));
+    return vmul(vmul(x, vc(0.5f)), vadd(vc(1.0f), e));
+}
+
 /* -------------------------------------------------- sin, cos */
 
 /* sin or cos (quadrant offset 0 or 1) for |x| <= VM_TRIG_MAX; other

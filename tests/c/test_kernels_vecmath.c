@@ -360,8 +360,48 @@ static void test_exp_rows(void) {
     CHECK_OK(tpu_kernels_set_isa(TPU_ISA_COUNT - 1));
 }
 
+/* GELU's one pass (tpu_vm_gelu_erf_f32) gives, at every level, the bits
+ * of its three steps done apart with the scalar erf: every 389th float bit
+ * pattern, in arrays of every length mod the vector width (tails), and in
+ * place. */
+static void test_gelu_erf(void) {
+    enum { CHUNK_G = 1000 };
+    static float in[CHUNK_G], out[CHUNK_G], want[CHUNK_G];
+    tpu_isa best = tpu_kernels_best_isa();
+    for (int isa = 0; isa <= (int)best; isa++) {
+        CHECK_OK(tpu_kernels_set_isa((tpu_isa)isa));
+        int64_t bad = 0;
+        uint32_t first_bad = 0;
+        uint64_t pat = 0;
+        for (int64_t round = 0; pat < (1ull << 32); round++) {
+            int n = (int)(CHUNK_G - round % 17);
+            for (int i = 0; i < n; i++, pat += 389) {
+                in[i] = bits_f((uint32_t)pat);
+                const float x = in[i];
+                const float e = tpu_vm_scalar_f32(TPU_VM_ERF, x * 0x1.6a09e6p-1f);
+                want[i] = x * 0.5f * (1.0f + e);
+            }
+            if (round % 2)
+                tpu_vm_gelu_erf_f32(out, in, n);
+            else {
+                memcpy(out, in, sizeof(float) * (size_t)n);
+                tpu_vm_gelu_erf_f32(out, out, n); /* in place */
+            }
+            for (int i = 0; i < n; i++)
+                if (!same_value(out[i], want[i]) && bad++ == 0)
+                    first_bad = f_bits(in[i]);
+        }
+        CHECK(bad == 0);
+        if (bad)
+            fprintf(stderr, "    gelu_erf at %s: %lld values differ, first at x = %a\n",
+                    tpu_isa_name((tpu_isa)isa), (long long)bad, (double)bits_f(first_bad));
+    }
+    CHECK_OK(tpu_kernels_set_isa(TPU_ISA_COUNT - 1));
+}
+
 int main(void) {
     printf("vecmath on %s (best level)\n", tpu_isa_name(tpu_kernels_best_isa()));
+    test_gelu_erf();
     test_specials();
     test_layouts();
     test_exp_rows();
