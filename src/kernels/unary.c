@@ -376,73 +376,14 @@ static bool f32_simple_run(tpu_isa isa, tpu_unary_fn fn, const tpu_scalar *args,
     F32_SIMPLE_BODY
 }
 
-/* The arithmetic around the vector math of the activations built on it:
- * `pre` makes the vector function's argument t from x, `post` the result
- * from x and t. Compiled once per ISA level so that the loops run as wide
- * as the vector math between them (the baseline build vectorises them at
- * 4 lanes); -std=c11 keeps the compiler from contracting anything into an
- * fma, so every level gives the same bytes. */
-#define ACT_PRE_BODY                                                                               \
-    if (fn == TPU_UNARY_GELU_TANH) {                                                               \
-        const float beta = (float)(TPU_K_SQRT2 * TPU_K_2_SQRTPI * 0.5), kappa = 0.044715f;         \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            t[i] = beta * (x[i] + kappa * x[i] * x[i] * x[i]);                                     \
+/* The activations vecmath.h computes in one pass, or TPU_VM_ACT_COUNT. */
+static tpu_vm_act act_of(tpu_unary_fn fn) {
+    switch (fn) {
+    case TPU_UNARY_GELU: return TPU_VM_ACT_GELU;
+    case TPU_UNARY_GELU_TANH: return TPU_VM_ACT_GELU_TANH;
+    case TPU_UNARY_SILU: return TPU_VM_ACT_SILU;
+    default: return TPU_VM_ACT_COUNT;
     }
-#define ACT_POST_BODY                                                                              \
-    if (fn == TPU_UNARY_GELU_TANH) {                                                               \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            o[i] = 0.5f * x[i] * (1.0f + t[i]);                                                    \
-    } else { /* SILU, MISH */                                                                      \
-        for (int64_t i = 0; i < n; i++)                                                            \
-            o[i] = x[i] * t[i];                                                                    \
-    }
-
-#if TPU_K_X86
-__attribute__((target("avx2,fma"))) static void act_pre_avx2(tpu_unary_fn fn, float *t,
-                                                             const float *x, int64_t n) {
-    ACT_PRE_BODY
-}
-
-__attribute__((target("avx2,fma"))) static void act_post_avx2(tpu_unary_fn fn, float *o,
-                                                              const float *x, const float *t,
-                                                              int64_t n) {
-    ACT_POST_BODY
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
-act_pre_512(tpu_unary_fn fn, float *t, const float *x, int64_t n) {
-    ACT_PRE_BODY
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma"))) static void
-act_post_512(tpu_unary_fn fn, float *o, const float *x, const float *t, int64_t n) {
-    ACT_POST_BODY
-}
-#endif
-
-static void act_pre(tpu_isa isa, tpu_unary_fn fn, float *t, const float *x, int64_t n) {
-#if TPU_K_X86
-    if (isa >= TPU_ISA_AVX512)
-        act_pre_512(fn, t, x, n);
-    else
-        act_pre_avx2(fn, t, x, n);
-#else
-    (void)isa;
-    ACT_PRE_BODY
-#endif
-}
-
-static void act_post(tpu_isa isa, tpu_unary_fn fn, float *o, const float *x, const float *t,
-                     int64_t n) {
-#if TPU_K_X86
-    if (isa >= TPU_ISA_AVX512)
-        act_post_512(fn, o, x, t, n);
-    else
-        act_post_avx2(fn, o, x, t, n);
-#else
-    (void)isa;
-    ACT_POST_BODY
-#endif
 }
 
 /* n <= TPU_K_EW_CHUNK contiguous f32 values through fn (o may equal x).
@@ -452,7 +393,6 @@ static void act_post(tpu_isa isa, tpu_unary_fn fn, float *o, const float *x, con
  * portable-only CPU (where the vector forms' exact-fma emulation is
  * slower than libm), run the reference's scalar body. */
 static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const float *x, int64_t n) {
-    float t[TPU_K_EW_CHUNK];
     const tpu_isa isa = tpu_kernels_get_isa();
     if (isa >= TPU_ISA_AVX2) {
         tpu_vm_fn vm = vm_of(fn);
@@ -460,28 +400,18 @@ static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const flo
             tpu_vm_f32(vm, o, x, n);
             return;
         }
-        if (fn == TPU_UNARY_GELU) { /* x * 0.5 * (1 + erf(x / sqrt 2)), one pass */
-            tpu_vm_gelu_erf_f32(o, x, n);
+        tpu_vm_act act = act_of(fn);
+        if (act != TPU_VM_ACT_COUNT) {
+            tpu_vm_act_f32(act, o, x, n);
             return;
         }
-        bool act = true;
-        switch (fn) {
-        case TPU_UNARY_GELU_TANH: /* 0.5 x (1 + tanh(beta (x + kappa x^3))) */
-            act_pre(isa, fn, t, x, n);
-            tpu_vm_f32(TPU_VM_TANH, t, t, n);
-            break;
-        case TPU_UNARY_SILU: /* x * sigmoid(x) */
-            tpu_vm_f32(TPU_VM_SIGMOID, t, x, n);
-            break;
-        case TPU_UNARY_MISH: /* x * tanh(log1p(exp(x))) */
+        if (fn == TPU_UNARY_MISH) { /* x * tanh(log1p(exp(x))), in passes: see vecmath_body.h */
+            float t[TPU_K_EW_CHUNK];
             tpu_vm_f32(TPU_VM_EXP, t, x, n);
             tpu_vm_f32(TPU_VM_LOG1P, t, t, n);
             tpu_vm_f32(TPU_VM_TANH, t, t, n);
-            break;
-        default: act = false; break;
-        }
-        if (act) {
-            act_post(isa, fn, o, x, t, n);
+            for (int64_t i = 0; i < n; i++)
+                o[i] = x[i] * t[i];
             return;
         }
     }
@@ -494,8 +424,7 @@ static void f32_run(tpu_unary_fn fn, const tpu_scalar *args, float *o, const flo
 /* True if the fast path computes fn with vecmath.h (so its bytes may
  * differ from the reference's within the stated ulps). */
 bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn) {
-    return vm_of(fn) != TPU_VM_COUNT || fn == TPU_UNARY_GELU || fn == TPU_UNARY_GELU_TANH ||
-           fn == TPU_UNARY_SILU || fn == TPU_UNARY_MISH;
+    return vm_of(fn) != TPU_VM_COUNT || act_of(fn) != TPU_VM_ACT_COUNT || fn == TPU_UNARY_MISH;
 }
 
 bool tpu_op_layout_sensitive(const tpu_op *op) {

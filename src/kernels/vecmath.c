@@ -226,7 +226,9 @@ VM_PORTABLE_LOOP(sigmoid, k_sigmoid_s(x))
 VM_PORTABLE_LOOP(erf, k_erf_s(x))
 VM_PORTABLE_LOOP(sin, vm_sin_s(x))
 VM_PORTABLE_LOOP(cos, vm_cos_s(x))
-VM_PORTABLE_LOOP(gelu_erf, k_gelu_erf_s(x))
+VM_PORTABLE_LOOP(act_gelu, k_act_gelu_s(x))
+VM_PORTABLE_LOOP(act_gelu_tanh, k_act_gelu_tanh_s(x))
+VM_PORTABLE_LOOP(act_silu, k_act_silu_s(x))
 
 /* The portable tpu_vm_exp_rows_f32 (the vector levels' tail too). */
 static void vm_exp_rows_s(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
@@ -315,7 +317,9 @@ VM_AVX2_LOOP(sigmoid, k_sigmoid_avx2, -1)
 VM_AVX2_LOOP(erf, k_erf_avx2, -1)
 VM_AVX2_LOOP(sin, k_sin_avx2, 0)
 VM_AVX2_LOOP(cos, k_cos_avx2, 1)
-VM_AVX2_LOOP(gelu_erf, k_gelu_erf_avx2, -1)
+VM_AVX2_LOOP(act_gelu, k_act_gelu_avx2, -1)
+VM_AVX2_LOOP(act_gelu_tanh, k_act_gelu_tanh_avx2, -1)
+VM_AVX2_LOOP(act_silu, k_act_silu_avx2, -1)
 
 VM_AVX512_LOOP(exp, k_exp_avx512, -1)
 VM_AVX512_LOOP(expm1, k_expm1_avx512, -1)
@@ -327,7 +331,9 @@ VM_AVX512_LOOP(sigmoid, k_sigmoid_avx512, -1)
 VM_AVX512_LOOP(erf, k_erf_avx512, -1)
 VM_AVX512_LOOP(sin, k_sin_avx512, 0)
 VM_AVX512_LOOP(cos, k_cos_avx512, 1)
-VM_AVX512_LOOP(gelu_erf, k_gelu_erf_avx512, -1)
+VM_AVX512_LOOP(act_gelu, k_act_gelu_avx512, -1)
+VM_AVX512_LOOP(act_gelu_tanh, k_act_gelu_tanh_avx512, -1)
+VM_AVX512_LOOP(act_silu, k_act_silu_avx512, -1)
 
 static const vm_array_fn k_avx2_fns[] = {
     [TPU_VM_EXP] = vm_exp_array_avx2,         [TPU_VM_EXPM1] = vm_expm1_array_avx2,
@@ -417,21 +423,33 @@ void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n) {
     k_portable_fns[fn](out, in, n);
 }
 
-void tpu_vm_gelu_erf_f32(float *out, const float *in, int64_t n) {
-    if (n <= 0)
+/* The activations' loops per level, by tpu_vm_act. */
+#define VM_ACT_TABLE(SFX)                                                                      \
+    {[TPU_VM_ACT_GELU] = vm_act_gelu_array_##SFX,                                             \
+     [TPU_VM_ACT_GELU_TANH] = vm_act_gelu_tanh_array_##SFX,                                   \
+     [TPU_VM_ACT_SILU] = vm_act_silu_array_##SFX}
+static const vm_array_fn k_act_portable[TPU_VM_ACT_COUNT] = VM_ACT_TABLE(s);
+#if TPU_K_X86
+static const vm_array_fn k_act_avx2[TPU_VM_ACT_COUNT] = VM_ACT_TABLE(avx2);
+static const vm_array_fn k_act_avx512[TPU_VM_ACT_COUNT] = VM_ACT_TABLE(avx512);
+#endif
+#undef VM_ACT_TABLE
+
+void tpu_vm_act_f32(tpu_vm_act act, float *out, const float *in, int64_t n) {
+    if ((unsigned)act >= (unsigned)TPU_VM_ACT_COUNT || n <= 0)
         return;
 #if TPU_K_X86
     tpu_isa isa = tpu_kernels_get_isa();
     if (isa >= TPU_ISA_AVX512) {
-        vm_gelu_erf_array_avx512(out, in, n);
+        k_act_avx512[act](out, in, n);
         return;
     }
     if (isa >= TPU_ISA_AVX2) {
-        vm_gelu_erf_array_avx2(out, in, n);
+        k_act_avx2[act](out, in, n);
         return;
     }
 #endif
-    vm_gelu_erf_array_s(out, in, n);
+    k_act_portable[act](out, in, n);
 }
 
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x) {

@@ -52,15 +52,23 @@ void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n);
 void tpu_vm_exp_rows_f32(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
                          float *sum);
 
-/* GELU's erf form over an array: out[i] = x * 0.5 * (1 + erf(x * c))
- * with x = in[i] and c = float(1/sqrt 2), each step one f32 operation in
- * that order and erf as TPU_VM_ERF computes it, in one pass: the bits of
- * those steps done one array at a time, on every ISA level. (Not a
- * tpu_vm_fn: for x << 0 the formula cancels, as PyTorch's does, so its
- * error is stated per element as eps * |x| absolute, not in ulp.)
+/* The activations built on the functions above, computed in one pass. */
+typedef enum {
+    TPU_VM_ACT_GELU,      /* x * 0.5 * (1 + erf(x * float(1/sqrt 2))) */
+    TPU_VM_ACT_GELU_TANH, /* 0.5 * x * (1 + tanh(beta * (x + kappa * x^3))) */
+    TPU_VM_ACT_SILU,      /* x * sigmoid(x) */
+    TPU_VM_ACT_COUNT
+} tpu_vm_act;
+
+/* out[i] = act(in[i]) for 0 <= i < n: each formula's f32 operations in
+ * the order written above, its functions as tpu_vm_f32 computes them, so
+ * the bits are those of the steps done one array at a time, on every ISA
+ * level (vecmath_body.h gives beta and kappa). Accuracy is the unary
+ * kernel's to state: for x << 0 the gelu forms cancel, as PyTorch's do.
+ *   act      an invalid value leaves out untouched
  *   out, in  n floats each; out may equal in, must not otherwise overlap
  *   n <= 0 does nothing */
-void tpu_vm_gelu_erf_f32(float *out, const float *in, int64_t n);
+void tpu_vm_act_f32(tpu_vm_act act, float *out, const float *in, int64_t n);
 
 /* fn(x) for one value, bit-identical to what tpu_vm_f32 gives for x.
  * Returns NaN for an invalid fn. */

@@ -360,48 +360,68 @@ static void test_exp_rows(void) {
     CHECK_OK(tpu_kernels_set_isa(TPU_ISA_COUNT - 1));
 }
 
-/* GELU's one pass (tpu_vm_gelu_erf_f32) gives, at every level, the bits
- * of its three steps done apart with the scalar erf: every 389th float bit
- * pattern, in arrays of every length mod the vector width (tails), and in
- * place. */
-static void test_gelu_erf(void) {
-    enum { CHUNK_G = 1000 };
-    static float in[CHUNK_G], out[CHUNK_G], want[CHUNK_G];
+/* An activation as the unary kernel computed it before its one pass:
+ * the formula's f32 steps, with vecmath's scalar functions. */
+static float act_by_steps(tpu_vm_act act, float x) {
+    switch (act) {
+    case TPU_VM_ACT_GELU:
+        return x * 0.5f * (1.0f + tpu_vm_scalar_f32(TPU_VM_ERF, x * (float)0.70710678118654752440));
+    case TPU_VM_ACT_GELU_TANH: {
+        const float beta = (float)(1.41421356237309504880 * 1.12837916709551257390 * 0.5);
+        const float kappa = 0.044715f;
+        const float t = tpu_vm_scalar_f32(TPU_VM_TANH, beta * (x + kappa * x * x * x));
+        return 0.5f * x * (1.0f + t);
+    }
+    case TPU_VM_ACT_SILU: return x * tpu_vm_scalar_f32(TPU_VM_SIGMOID, x);
+    default: return NAN;
+    }
+}
+
+/* The activations' one pass (tpu_vm_act_f32) gives, at every level, the
+ * bits of their steps: every 1021st float bit pattern, in arrays of
+ * lengths that leave every tail, in place and not. An invalid act leaves
+ * out alone. */
+static void test_acts(void) {
+    enum { CHUNK_A = 1000 };
+    static float in[CHUNK_A], out[CHUNK_A], want[CHUNK_A];
     tpu_isa best = tpu_kernels_best_isa();
     for (int isa = 0; isa <= (int)best; isa++) {
         CHECK_OK(tpu_kernels_set_isa((tpu_isa)isa));
-        int64_t bad = 0;
-        uint32_t first_bad = 0;
-        uint64_t pat = 0;
-        for (int64_t round = 0; pat < (1ull << 32); round++) {
-            int n = (int)(CHUNK_G - round % 17);
-            for (int i = 0; i < n; i++, pat += 389) {
-                in[i] = bits_f((uint32_t)pat);
-                const float x = in[i];
-                const float e = tpu_vm_scalar_f32(TPU_VM_ERF, x * 0x1.6a09e6p-1f);
-                want[i] = x * 0.5f * (1.0f + e);
+        for (int act = 0; act < TPU_VM_ACT_COUNT; act++) {
+            int64_t bad = 0;
+            uint32_t first_bad = 0;
+            uint64_t pat = 0;
+            for (int64_t round = 0; pat < (1ull << 32); round++) {
+                int n = (int)(CHUNK_A - round % 17);
+                for (int i = 0; i < n; i++, pat += 1021) {
+                    in[i] = bits_f((uint32_t)pat);
+                    want[i] = act_by_steps((tpu_vm_act)act, in[i]);
+                }
+                if (round % 2)
+                    tpu_vm_act_f32((tpu_vm_act)act, out, in, n);
+                else {
+                    memcpy(out, in, sizeof(float) * (size_t)n);
+                    tpu_vm_act_f32((tpu_vm_act)act, out, out, n); /* in place */
+                }
+                for (int i = 0; i < n; i++)
+                    if (!same_value(out[i], want[i]) && bad++ == 0)
+                        first_bad = f_bits(in[i]);
             }
-            if (round % 2)
-                tpu_vm_gelu_erf_f32(out, in, n);
-            else {
-                memcpy(out, in, sizeof(float) * (size_t)n);
-                tpu_vm_gelu_erf_f32(out, out, n); /* in place */
-            }
-            for (int i = 0; i < n; i++)
-                if (!same_value(out[i], want[i]) && bad++ == 0)
-                    first_bad = f_bits(in[i]);
+            CHECK(bad == 0);
+            if (bad)
+                fprintf(stderr, "    act %d at %s: %lld values differ, first at x = %a\n", act,
+                        tpu_isa_name((tpu_isa)isa), (long long)bad, (double)bits_f(first_bad));
         }
-        CHECK(bad == 0);
-        if (bad)
-            fprintf(stderr, "    gelu_erf at %s: %lld values differ, first at x = %a\n",
-                    tpu_isa_name((tpu_isa)isa), (long long)bad, (double)bits_f(first_bad));
     }
     CHECK_OK(tpu_kernels_set_isa(TPU_ISA_COUNT - 1));
+    out[0] = 5.0f;
+    tpu_vm_act_f32(TPU_VM_ACT_COUNT, out, in, 1);
+    CHECK(out[0] == 5.0f);
 }
 
 int main(void) {
     printf("vecmath on %s (best level)\n", tpu_isa_name(tpu_kernels_best_isa()));
-    test_gelu_erf();
+    test_acts();
     test_specials();
     test_layouts();
     test_exp_rows();
