@@ -138,12 +138,12 @@ static tpu_status bad_var(const char *name, const char *value, const char *expec
                          value, expected);
 }
 
-/* The cores this process may run on (its CPU mask, as libgomp counts
- * them for PyTorch's threads), else the online ones. */
+/* The cores this process may run on (its main thread's CPU mask, as
+ * libgomp counts them for PyTorch's threads), else the online ones. */
 static int usable_cores(void) {
     cpu_set_t mask;
-    long n = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask)
-                                                           : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sched_getaffinity(getpid(), sizeof mask, &mask) == 0 ? CPU_COUNT(&mask)
+                                                                  : sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1)
         return 1;
     return n > TPU_THREADS_MAX ? TPU_THREADS_MAX : (int)n;

@@ -29,16 +29,26 @@
  * (`generation` and `shares_done` are atomic for these unlocked peeks;
  * their writes still happen under `lock`).
  *
- * Binding. The pool's workers and the stream workers (which run share 0
- * of the regions they call) are bound one to a core, the k-th to the k-th
- * core of the process's CPU mask, when that mask has a core for every
- * thread of the pool and TORCH_TPU_BIND_THREADS is not 0. Left to the OS,
- * a worker woken from its sleep is often placed on the core of the thread
- * that woke it, so that both halves of a region shared one core until the
- * load balancer moved one, milliseconds later: on a 2-core guest a 1M
- * element add issued after a pause took 0.45-0.50 ms and 20 of them back
- * to back 0.27-0.29 ms each, against 0.26-0.34 and 0.15-0.17 bound
- * (2026-12-07). Host threads (Python's) are never bound. */
+ * Binding. When the process's CPU mask has exactly as many cores as the
+ * pool has threads (the default size) and TORCH_TPU_BIND_THREADS is not
+ * 0, pool worker ith is bound to the mask's ith core and the first
+ * stream worker to start (chip 0's default stream, in any program that
+ * begins with an op) to its first core, so that the halves of its
+ * regions never share a core. Left to the OS, a worker woken after a
+ * pause was often placed on the core of the thread that woke it, and
+ * both halves of a region then shared one core until the load balancer
+ * moved one, milliseconds later: on a 2-core guest a 1M element add
+ * issued after a pause took 0.45-0.50 ms and 20 back to back 0.27-0.29
+ * ms each, against 0.26-0.34 and 0.15-0.17 bound (2026-12-07). Later
+ * stream workers (other chips, other streams) are left to the OS: bound
+ * to the first core, two busy streams took 1.5x as long as unbound, and
+ * bound to a pool worker's core, a side stream's ops took twice as long;
+ * unbound, both ran as fast as unbound workers do. A smaller pool than
+ * the mask is not bound (several processes each asking for fewer threads
+ * would otherwise all crowd onto the mask's first cores), and a thread
+ * of another program busy on a bound core slows every op where the OS
+ * would have moved an unbound worker: TORCH_TPU_BIND_THREADS=0 is for
+ * such machines. Host threads (Python's) are never bound. */
 #define _GNU_SOURCE /* cpu_set_t, pthread_setaffinity_np */
 
 #include <limits.h>
@@ -49,6 +59,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime_internal.h"
 
@@ -59,8 +70,8 @@ static struct {
     int size;               /* threads, caller included; set by init */
     int started;            /* worker threads running (first region starts them) */
     bool start_tried;
-    int cpus[TPU_THREADS_MAX]; /* the cores threads are bound to, by k */
-    int bound;              /* entries of cpus; 0: threads are not bound */
+    int cpus[TPU_THREADS_MAX]; /* the mask's cores: pool worker ith binds to cpus[ith] */
+    bool bound;             /* whether threads are bound (see "Binding") */
 
     pthread_mutex_t lock;
     pthread_cond_t wake_cv; /* workers wait for a new generation */
@@ -83,12 +94,12 @@ static struct {
     .done_cv = PTHREAD_COND_INITIALIZER,
 };
 
-/* Fills cpus with the first `size` cores of the calling thread's CPU mask
- * (the process's, when called by init from a host thread); whether the
- * mask has that many. */
-static bool first_allowed_cores(int *cpus, int size) {
+/* Fills cpus with the cores of the process's CPU mask (the main thread's,
+ * whatever thread initialises the runtime); whether it has exactly
+ * `size` of them. */
+static bool mask_has_exactly(int *cpus, int size) {
     cpu_set_t mask;
-    if (sched_getaffinity(0, sizeof mask, &mask) != 0)
+    if (sched_getaffinity(getpid(), sizeof mask, &mask) != 0 || CPU_COUNT(&mask) != size)
         return false;
     int n = 0;
     for (int c = 0; c < CPU_SETSIZE && n < size; c++)
@@ -100,18 +111,27 @@ static bool first_allowed_cores(int *cpus, int size) {
 void tpu_pool_setup(int num_threads, bool bind) {
     g_pool.size = num_threads;
     /* One thread has nothing to be kept apart from. */
-    g_pool.bound = bind && num_threads >= 2 && first_allowed_cores(g_pool.cpus, num_threads)
-                       ? num_threads
-                       : 0;
+    g_pool.bound = bind && num_threads >= 2 && mask_has_exactly(g_pool.cpus, num_threads);
 }
 
-void tpu_pool_bind_thread(pthread_t t, int k) {
-    if (g_pool.bound == 0 || k < 0)
+/* Binds t to cpu, unless the process may no longer run there (the main
+ * thread's mask was narrowed after init): then t keeps the mask it
+ * inherited. (Not the creating thread's mask: pool workers are created
+ * by a stream worker, itself bound.) */
+static void bind_to(pthread_t t, int cpu) {
+    cpu_set_t now;
+    if (sched_getaffinity(getpid(), sizeof now, &now) != 0 || !CPU_ISSET(cpu, &now))
         return;
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(g_pool.cpus[k % g_pool.bound], &one);
+    CPU_SET(cpu, &one);
     (void)pthread_setaffinity_np(t, sizeof one, &one);
+}
+
+void tpu_pool_bind_stream_worker(pthread_t t) {
+    static atomic_bool taken; /* the first stream worker has the core */
+    if (g_pool.bound && !atomic_exchange(&taken, true))
+        bind_to(t, g_pool.cpus[0]);
 }
 
 int tpu_pool_num_threads(void) {
@@ -190,7 +210,8 @@ static void start_workers(void) {
         pthread_t t;
         if (pthread_create(&t, NULL, pool_worker, NULL) != 0)
             break;
-        tpu_pool_bind_thread(t, ith);
+        if (g_pool.bound)
+            bind_to(t, g_pool.cpus[ith]);
         pthread_detach(t);
         g_pool.started++;
     }

@@ -271,12 +271,10 @@ void tpu_mode_setup(tpu_mode mode);
  * start on the first parallel region. */
 void tpu_pool_setup(int num_threads, bool bind);
 
-/* Binds thread `t`, the k-th of the runtime's compute threads, to its core
- * when the pool binds (see pool.c, "Binding"); otherwise does nothing.
- * Pool worker ith is k = ith; stream workers are k = 0, 1, ... in the
- * order they start, so the first (a chip's default stream, which runs
- * share 0 of the regions it calls) has the core no pool worker has. A
- * failure leaves the thread where the OS puts it. */
-void tpu_pool_bind_thread(pthread_t t, int k);
+/* Binds stream worker t to the core of share 0 if it is the first stream
+ * worker and the pool binds its threads (see pool.c, "Binding");
+ * otherwise, or when the process may no longer run on that core, does
+ * nothing. */
+void tpu_pool_bind_stream_worker(pthread_t t);
 
 #endif

@@ -191,9 +191,6 @@ struct tpu_stream {
  * acquire, so a reader that sees the pointer sees an initialised stream. */
 static _Atomic(tpu_stream *) g_streams[TPU_CHIPS_MAX][TPU_STREAMS_MAX];
 static pthread_mutex_t g_create_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Stream workers started, under g_create_lock: the next one's place in the
- * binding order (tpu_pool_bind_thread). */
-static int g_stream_workers;
 /* Round-robin cursor per chip; relaxed: only its own value matters. */
 static atomic_uint g_next_pool[TPU_CHIPS_MAX];
 
@@ -960,7 +957,7 @@ static tpu_status stream_create(int chip, int index, tpu_stream **out) {
                              "(%s)",
                              index, chip, strerror(rc));
     }
-    tpu_pool_bind_thread(thread, g_stream_workers++);
+    tpu_pool_bind_stream_worker(thread);
     pthread_detach(thread);
     *out = s;
     return TPU_OK;

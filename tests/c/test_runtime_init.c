@@ -176,39 +176,84 @@ static int kth_core(const cpu_set_t *mask, int k) {
     return -1;
 }
 
-/* Runs a 2-thread region until a pool worker ran a share, and a host
- * function on the default stream; *pool and *stream get their threads'
- * masks. */
+/* On a stream worker, as kernels run: notes the worker's mask, then runs
+ * 2-thread regions (the first starts the pool's workers, from this
+ * worker) until a pool worker ran a share. */
+typedef struct {
+    bind_probe probe;
+    cpu_set_t stream_mask;
+} worker_probe;
+
+static void probe_on_worker(void *ctx) {
+    worker_probe *w = ctx;
+    sched_getaffinity(0, sizeof w->stream_mask, &w->stream_mask);
+    w->probe.caller = pthread_self();
+    for (int rep = 0; rep < 1000 && !atomic_load(&w->probe.worker_seen); rep++)
+        if (tpu_pool_run(probe_share, &w->probe, 2) != TPU_OK)
+            break;
+}
+
+/* *pool and *stream get the masks of a pool worker and of the default
+ * stream's worker. */
 static void probe_bindings(cpu_set_t *pool, cpu_set_t *stream) {
-    bind_probe p;
-    memset(&p, 0, sizeof p);
-    p.caller = pthread_self();
-    for (int rep = 0; rep < 1000 && !atomic_load(&p.worker_seen); rep++)
-        CHECK_OK(tpu_pool_run(probe_share, &p, 2));
-    CHECK(atomic_load(&p.worker_seen));
-    *pool = p.worker_mask;
+    worker_probe w;
+    memset(&w, 0, sizeof w);
     tpu_stream *s;
     CHECK_OK(tpu_stream_get(0, 0, &s));
-    CHECK_OK(tpu_stream_submit_host_fn(s, note_mask, stream));
+    CHECK_OK(tpu_stream_submit_host_fn(s, probe_on_worker, &w));
+    CHECK_OK(tpu_stream_synchronize(s));
+    CHECK(atomic_load(&w.probe.worker_seen));
+    *pool = w.probe.worker_mask;
+    *stream = w.stream_mask;
+}
+
+/* The mask of stream `index` of chip 0's worker (created by this call if
+ * new). */
+static void stream_mask(int index, cpu_set_t *mask) {
+    tpu_stream *s;
+    CHECK_OK(tpu_stream_get(0, index, &s));
+    CHECK_OK(tpu_stream_submit_host_fn(s, note_mask, mask));
     CHECK_OK(tpu_stream_synchronize(s));
 }
 
-/* Bound (the default): the stream worker on the mask's first core, pool
- * worker 1 on its second; the host thread keeps its mask. */
+/* Bound (the default, with a pool as large as the mask): the first stream
+ * worker on the mask's first core, pool worker 1 on its second; later
+ * stream workers and the host thread keep the process's mask, and a
+ * stream created after that mask changed keeps the new one. */
 static void child_bound(void) {
     clear_env();
-    setenv("TORCH_TPU_NUM_THREADS", "2", 1);
     cpu_set_t before, after, pool, stream, want;
     CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+    char n[16];
+    snprintf(n, sizeof n, "%d", CPU_COUNT(&before));
+    setenv("TORCH_TPU_NUM_THREADS", n, 1);
     CHECK_OK(tpu_runtime_init());
     probe_bindings(&pool, &stream);
     CPU_ZERO(&want);
     CPU_SET(kth_core(&before, 0), &want);
     CHECK(CPU_EQUAL(&stream, &want));
+    stream_mask(1, &stream); /* left to the OS */
+    CHECK(CPU_EQUAL(&stream, &before));
     CPU_ZERO(&want);
     CPU_SET(kth_core(&before, 1), &want);
     CHECK(CPU_EQUAL(&pool, &want));
     CHECK(sched_getaffinity(0, sizeof after, &after) == 0 && CPU_EQUAL(&after, &before));
+    /* Narrowed to the second core: the next stream's worker inherits it. */
+    CHECK(sched_setaffinity(0, sizeof want, &want) == 0);
+    stream_mask(2, &stream);
+    CHECK(CPU_EQUAL(&stream, &want));
+}
+
+/* A pool smaller than the mask (as several processes sharing the cores
+ * would ask for) is not bound. Needs 3 cores. */
+static void child_fewer_threads(void) {
+    clear_env();
+    cpu_set_t before, pool, stream;
+    CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
+    setenv("TORCH_TPU_NUM_THREADS", "2", 1);
+    CHECK_OK(tpu_runtime_init());
+    probe_bindings(&pool, &stream);
+    CHECK(CPU_EQUAL(&pool, &before) && CPU_EQUAL(&stream, &before));
 }
 
 /* TORCH_TPU_BIND_THREADS=0: every thread keeps the process's mask. */
@@ -243,8 +288,14 @@ static void test_binding(void) {
         printf("skip test_binding: fewer than 2 cores in the CPU mask\n");
         return;
     }
-    void (*children[])(void) = {child_bound, child_unbound, child_too_many_threads};
-    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++) {
+    void (*children[])(void) = {child_bound, child_unbound, child_too_many_threads,
+                                child_fewer_threads};
+    size_t count = sizeof children / sizeof children[0];
+    if (CPU_COUNT(&mask) < 3) {
+        printf("skip child_fewer_threads: fewer than 3 cores in the CPU mask\n");
+        count--;
+    }
+    for (size_t i = 0; i < count; i++) {
         int rc = in_child(children[i]);
         CHECK(rc == 0);
         if (rc != 0)
