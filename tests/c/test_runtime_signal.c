@@ -10,6 +10,7 @@
 #include "runtime_test.h"
 #include "tpu/runtime.h"
 #include "tpu/signal.h"
+#include "../../src/runtime/runtime_internal.h" /* the stream's sequence numbers */
 
 static tpu_stream *stream(int chip, int index) {
     tpu_stream *s = NULL;
@@ -214,10 +215,17 @@ static void test_fused_mode_flushes_before_waiting(void) {
     CHECK_OK(tpu_mem_alloc(0, 4 * sizeof(float), s, (void **)&buf));
     tpu_op fill = fill_op(vec(buf, 4, TPU_DTYPE_F32), 7.0);
     CHECK_OK(tpu_stream_submit(s, &fill));
+    const uint64_t fill_seq = tpu_stream_submitted_seq(s);
     tpu_signal *sig = signal_named("fused");
     CHECK_OK(tpu_stream_wait_signal(s, sig, 10000));
-    sleep_ms(30);
-    CHECK(buf[0] == 7.0f && buf[3] == 7.0f);
+    /* The fill completes while the stream waits for the signal; reading
+     * its completion (an acquire) orders the values before this thread's
+     * reads of them. */
+    bool ran = false;
+    for (int ms = 0; ms < 5000 && !(ran = tpu_stream_completed_seq(s) >= fill_seq); ms++)
+        sleep_ms(1);
+    CHECK(ran);
+    CHECK(ran && buf[0] == 7.0f && buf[3] == 7.0f);
     CHECK_OK(tpu_signal_set(sig, TPU_OK, NULL));
     CHECK_OK(tpu_stream_synchronize(s));
     tpu_signal_free(sig);
