@@ -406,21 +406,34 @@ void tpu_vm_exp_rows_f32(float *x, int64_t ld, int64_t rows, int64_t n, const fl
     vm_exp_rows_s(x, ld, rows, n, sub, sum);
 }
 
+/* A table of the vector levels' loops, NULL where the build has none. */
+#if TPU_K_X86
+#define VM_X86(table) (table)
+#else
+#define VM_X86(table) NULL
+#endif
+
+/* Of a function's three array loops, the one for the ISA level that
+ * tpu_kernels_get_isa() allows. */
+static const vm_array_fn *level_fns(const vm_array_fn *portable, const vm_array_fn *avx2,
+                                    const vm_array_fn *avx512) {
+#if TPU_K_X86
+    tpu_isa isa = tpu_kernels_get_isa();
+    if (isa >= TPU_ISA_AVX512)
+        return avx512;
+    if (isa >= TPU_ISA_AVX2)
+        return avx2;
+#else
+    (void)avx2;
+    (void)avx512;
+#endif
+    return portable;
+}
+
 void tpu_vm_f32(tpu_vm_fn fn, float *out, const float *in, int64_t n) {
     if ((unsigned)fn >= (unsigned)TPU_VM_COUNT || n <= 0)
         return;
-#if TPU_K_X86
-    tpu_isa isa = tpu_kernels_get_isa();
-    if (isa >= TPU_ISA_AVX512) {
-        k_avx512_fns[fn](out, in, n);
-        return;
-    }
-    if (isa >= TPU_ISA_AVX2) {
-        k_avx2_fns[fn](out, in, n);
-        return;
-    }
-#endif
-    k_portable_fns[fn](out, in, n);
+    level_fns(k_portable_fns, VM_X86(k_avx2_fns), VM_X86(k_avx512_fns))[fn](out, in, n);
 }
 
 /* The activations' loops per level, by tpu_vm_act. */
@@ -438,18 +451,7 @@ static const vm_array_fn k_act_avx512[TPU_VM_ACT_COUNT] = VM_ACT_TABLE(avx512);
 void tpu_vm_act_f32(tpu_vm_act act, float *out, const float *in, int64_t n) {
     if ((unsigned)act >= (unsigned)TPU_VM_ACT_COUNT || n <= 0)
         return;
-#if TPU_K_X86
-    tpu_isa isa = tpu_kernels_get_isa();
-    if (isa >= TPU_ISA_AVX512) {
-        k_act_avx512[act](out, in, n);
-        return;
-    }
-    if (isa >= TPU_ISA_AVX2) {
-        k_act_avx2[act](out, in, n);
-        return;
-    }
-#endif
-    k_act_portable[act](out, in, n);
+    level_fns(k_act_portable, VM_X86(k_act_avx2), VM_X86(k_act_avx512))[act](out, in, n);
 }
 
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x) {
