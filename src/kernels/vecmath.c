@@ -43,6 +43,36 @@ static float vm_trig_fallback(float x, bool cosine) {
     return cosine ? (float)cos((double)x) : (float)sin((double)x);
 }
 
+/* The GELU's erfc(|x|/sqrt 2) on 8 intervals of |x| (vecmath_body.h,
+ * k_act_gelu): the intervals' centers and, per power of u = |x| - center
+ * (lowest first), the intervals' coefficients. */
+static const float k_gelu_center[8] = {
+    0.0f, 0x1.2p+0f, 0x1.ep+0f, 0x1.5p+1f,
+    0x1.bp+1f, 0x1.08p+2f, 0x1.38p+2f, 0x1.68p+2f,
+};
+static const float k_gelu_coef[10][8] = {
+    {0x1p+0f, 0x1.0ad7dap-2f, 0x1.f20396p-5f, 0x1.1bee6cp-7f,
+     0x1.8301bep-11f, 0x1.36feaep-15f, 0x1.24149ap-20f, 0x1.3eb342p-26f},
+    {-0x1.988454p-1f, -0x1.b1ec62p-2f, -0x1.19bfa4p-3f, -0x1.a0f22cp-6f,
+     -0x1.5f90f6p-9f, -0x1.51cfa6p-13f, -0x1.71e576p-18f, -0x1.cd8e84p-24f},
+    {-0x1.d02502p-24f, 0x1.e829eep-3f, 0x1.0823aap-3f, 0x1.119eecp-5f,
+     0x1.28a25p-8f, 0x1.5c5e24p-12f, 0x1.c2cfaap-17f, 0x1.448856p-22f},
+    {0x1.10591ep-3f, -0x1.335ccp-6f, -0x1.d8840ep-5f, -0x1.99587p-6f,
+     -0x1.306a82p-8f, -0x1.c2dabap-12f, -0x1.5edf6ap-16f, -0x1.26a3dep-21f},
+    {-0x1.cf004p-17f, -0x1.1a384ep-5f, 0x1.6b3072p-8f, 0x1.62da4ep-7f,
+     0x1.9ed2e6p-9f, 0x1.96e1a2p-12f, 0x1.860f3p-16f, 0x1.834b5cp-21f},
+    {-0x1.45c526p-6f, 0x1.5a33d2p-7f, 0x1.aed19cp-8f, -0x1.fbed6ap-10f,
+     -0x1.795e2cp-10f, -0x1.0c0ea6p-12f, -0x1.47a5c2p-16f, -0x1.874e54p-21f},
+    {-0x1.756d56p-13f, 0x1.567ef6p-9f, -0x1.6e05dap-9f, -0x1.38d41p-11f,
+     0x1.96a6eap-12f, 0x1.0420f6p-13f, 0x1.ac5188p-17f, 0x1.3aef42p-21f},
+    {0x1.5f05b2p-9f, -0x1.b768d4p-10f, -0x1.1e2aa2p-15f, 0x1.db84p-12f,
+     -0x1.021fa2p-16f, -0x1.653964p-15f, -0x1.b9d938p-18f, -0x1.a16a3ep-22f},
+    {-0x1.39d574p-12f, -0x1.9c3372p-15f, 0x1.3c505p-12f, -0x1.53267ap-14f,
+     -0x1.2a2d96p-15f, 0x1.1ac7acp-17f, 0x1.677822p-19f, 0x1.d389c4p-23f},
+    {-0x1.7d6adp-14f, 0x1.52ccccp-13f, -0x1.f68aa6p-15f, -0x1.22535ap-16f,
+     0x1.d19fd6p-17f, 0x1.10566cp-25f, -0x1.8a983ep-21f, -0x1.646932p-24f},
+};
+
 /* ------------------------------------------------ portable level */
 
 static inline float vm_s_bits2f(int32_t i) {
@@ -92,6 +122,9 @@ static inline int32_t vm_s_f2bits(float f) {
 #define vmor(a, b) ((a) || (b))
 #define vsel(m, a, b) ((m) ? (a) : (b))
 #define vany(m) (m)
+#define vcvtt(a) ((int32_t)(a))
+#define vilt(a, b) ((a) < (b))
+#define vlut8(i, table) ((table)[(i) & 7])
 #include "vecmath_body.h"
 #undef VM_SFX
 #undef VM_ATTR
@@ -139,6 +172,9 @@ static inline int32_t vm_s_f2bits(float f) {
 #define vmor(a, b) _mm256_or_ps((a), (b))
 #define vsel(m, a, b) _mm256_blendv_ps((b), (a), (m))
 #define vany(m) (_mm256_movemask_ps(m) != 0)
+#define vcvtt(a) _mm256_cvttps_epi32(a)
+#define vilt(a, b) _mm256_castsi256_ps(_mm256_cmpgt_epi32((b), (a)))
+#define vlut8(i, table) _mm256_permutevar8x32_ps(_mm256_loadu_ps(table), (i))
 #include "vecmath_body.h"
 #undef VM_SFX
 #undef VM_ATTR
@@ -183,6 +219,9 @@ static inline int32_t vm_s_f2bits(float f) {
 #define vmor(a, b) ((__mmask16)((a) | (b)))
 #define vsel(m, a, b) _mm512_mask_blend_ps((m), (b), (a))
 #define vany(m) ((m) != 0)
+#define vcvtt(a) _mm512_cvttps_epi32(a)
+#define vilt(a, b) _mm512_cmplt_epi32_mask((a), (b))
+#define vlut8(i, table) _mm512_permutexvar_ps((i), _mm512_castps256_ps512(_mm256_loadu_ps(table)))
 #include "vecmath_body.h"
 #undef VM_SFX
 #undef VM_ATTR
