@@ -187,8 +187,11 @@ tpu_status tpu_k_fill_fast(const tpu_op *op, int ith, int nth);
 tpu_status tpu_k_unary_ref(const tpu_op *op, int ith, int nth);
 bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn);
 
-/* BINARY (binary.c). */
+/* BINARY (binary.c). Likewise the fast path computes the activations'
+ * gradients for which tpu_k_binary_uses_vecmath is true (g * act'(x))
+ * with vecmath.h on CPUs with AVX2, within a few ulp of the reference. */
 tpu_status tpu_k_binary_ref(const tpu_op *op, int ith, int nth);
+bool tpu_k_binary_uses_vecmath(tpu_binary_fn fn);
 
 /* TERNARY (ternary.c). */
 tpu_status tpu_k_ternary_ref(const tpu_op *op, int ith, int nth);

@@ -428,6 +428,8 @@ bool tpu_k_unary_uses_vecmath(tpu_unary_fn fn) {
 }
 
 bool tpu_op_layout_sensitive(const tpu_op *op) {
+    if (op != NULL && op->code == TPU_OP_BINARY && op->fn >= 0 && op->fn < TPU_BINARY_COUNT)
+        return tpu_k_binary_uses_vecmath((tpu_binary_fn)op->fn);
     return op != NULL && op->code == TPU_OP_UNARY && op->fn >= 0 && op->fn < TPU_UNARY_COUNT &&
            tpu_k_unary_uses_vecmath((tpu_unary_fn)op->fn);
 }

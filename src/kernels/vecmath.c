@@ -269,6 +269,20 @@ VM_PORTABLE_LOOP(act_gelu, k_act_gelu_s(x))
 VM_PORTABLE_LOOP(act_gelu_tanh, k_act_gelu_tanh_s(x))
 VM_PORTABLE_LOOP(act_silu, k_act_silu_s(x))
 
+/* The activations' gradient loops (tpu_vm_act_grad_f32): out[i] =
+ * BODY(g[i], x[i]); the vector ones run the tail in zero-padded
+ * buffers, as the loops above do. */
+typedef void (*vm_grad_fn)(float *out, const float *g, const float *x, int64_t n);
+
+#define VM_PORTABLE_GRAD_LOOP(NAME, BODY)                                                      \
+    static void vm_##NAME##_grad_s(float *out, const float *g, const float *x, int64_t n) {   \
+        for (int64_t i = 0; i < n; i++)                                                        \
+            out[i] = BODY(g[i], x[i]);                                                         \
+    }
+VM_PORTABLE_GRAD_LOOP(gelu, k_grad_gelu_s)
+VM_PORTABLE_GRAD_LOOP(gelu_tanh, k_grad_gelu_tanh_s)
+VM_PORTABLE_GRAD_LOOP(silu, k_grad_silu_s)
+
 /* The portable tpu_vm_exp_rows_f32 (the vector levels' tail too). */
 static void vm_exp_rows_s(float *x, int64_t ld, int64_t rows, int64_t n, const float *sub,
                           float *sum) {
@@ -373,6 +387,38 @@ VM_AVX512_LOOP(cos, k_cos_avx512, 1)
 VM_AVX512_LOOP(act_gelu, k_act_gelu_avx512, -1)
 VM_AVX512_LOOP(act_gelu_tanh, k_act_gelu_tanh_avx512, -1)
 VM_AVX512_LOOP(act_silu, k_act_silu_avx512, -1)
+
+#define VM_VECTOR_GRAD_LOOP(NAME, SFX, ATTR, VTYPE, LANES, LOAD, STORE, BODY)                  \
+    ATTR static void vm_##NAME##_grad_##SFX(float *out, const float *g, const float *x,        \
+                                            int64_t n) {                                       \
+        float gb[LANES], xb[LANES];                                                            \
+        for (int64_t i = 0; i < n; i += LANES) {                                               \
+            int64_t len = n - i < LANES ? n - i : LANES;                                       \
+            const float *gs = g + i, *xs = x + i;                                              \
+            if (len < LANES) {                                                                 \
+                memset(gb, 0, sizeof gb);                                                      \
+                memset(xb, 0, sizeof xb);                                                      \
+                memcpy(gb, gs, (size_t)len * sizeof(float));                                  \
+                memcpy(xb, xs, (size_t)len * sizeof(float));                                   \
+                gs = gb, xs = xb;                                                              \
+            }                                                                                  \
+            VTYPE y = BODY(LOAD(gs), LOAD(xs));                                                \
+            if (len < LANES) {                                                                 \
+                STORE(gb, y);                                                                  \
+                memcpy(out + i, gb, (size_t)len * sizeof(float));                              \
+            } else {                                                                           \
+                STORE(out + i, y);                                                             \
+            }                                                                                  \
+        }                                                                                      \
+    }
+#define VM_GRAD_LOOPS(SFX, ATTR, VTYPE, LANES, LOAD, STORE)                                    \
+    VM_VECTOR_GRAD_LOOP(gelu, SFX, ATTR, VTYPE, LANES, LOAD, STORE, k_grad_gelu_##SFX)          \
+    VM_VECTOR_GRAD_LOOP(gelu_tanh, SFX, ATTR, VTYPE, LANES, LOAD, STORE, k_grad_gelu_tanh_##SFX) \
+    VM_VECTOR_GRAD_LOOP(silu, SFX, ATTR, VTYPE, LANES, LOAD, STORE, k_grad_silu_##SFX)
+VM_GRAD_LOOPS(avx2, VM_AVX2_ATTR, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps)
+VM_GRAD_LOOPS(avx512, VM_AVX512_ATTR, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps)
+#undef VM_GRAD_LOOPS
+#undef VM_VECTOR_GRAD_LOOP
 
 static const vm_array_fn k_avx2_fns[] = {
     [TPU_VM_EXP] = vm_exp_array_avx2,         [TPU_VM_EXPM1] = vm_expm1_array_avx2,
@@ -491,6 +537,31 @@ void tpu_vm_act_f32(tpu_vm_act act, float *out, const float *in, int64_t n) {
     if ((unsigned)act >= (unsigned)TPU_VM_ACT_COUNT || n <= 0)
         return;
     level_fns(k_act_portable, VM_X86(k_act_avx2), VM_X86(k_act_avx512))[act](out, in, n);
+}
+
+/* The gradient loops per level, by tpu_vm_act. */
+#define VM_GRAD_TABLE(SFX)                                                                     \
+    {[TPU_VM_ACT_GELU] = vm_gelu_grad_##SFX, [TPU_VM_ACT_GELU_TANH] = vm_gelu_tanh_grad_##SFX,  \
+     [TPU_VM_ACT_SILU] = vm_silu_grad_##SFX}
+static const vm_grad_fn k_grad_fns[3][TPU_VM_ACT_COUNT] = {
+    VM_GRAD_TABLE(s),
+#if TPU_K_X86
+    VM_GRAD_TABLE(avx2),
+    VM_GRAD_TABLE(avx512),
+#endif
+};
+#undef VM_GRAD_TABLE
+
+void tpu_vm_act_grad_f32(tpu_vm_act act, float *out, const float *grad, const float *x,
+                         int64_t n) {
+    if ((unsigned)act >= (unsigned)TPU_VM_ACT_COUNT || n <= 0)
+        return;
+    int level = 0;
+#if TPU_K_X86
+    tpu_isa isa = tpu_kernels_get_isa();
+    level = isa >= TPU_ISA_AVX512 ? 2 : isa >= TPU_ISA_AVX2 ? 1 : 0;
+#endif
+    k_grad_fns[level][act](out, grad, x, n);
 }
 
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x) {

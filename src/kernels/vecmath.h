@@ -74,6 +74,19 @@ typedef enum {
  *   n <= 0 does nothing */
 void tpu_vm_act_f32(tpu_vm_act act, float *out, const float *in, int64_t n);
 
+/* out[i] = grad[i] * act'(x[i]) for 0 <= i < n, in f32, the same bits on
+ * every ISA level (the forms are in vecmath_body.h, k_grad_*). Where the
+ * derivative crosses zero its terms cancel; elsewhere the result is
+ * within a few ulp (tests/c/test_kernels_vecmath.c states the bounds).
+ * A NaN x gives a NaN; so do the infinities where the derivative's
+ * formula in double does (x times a vanishing density, as PyTorch's).
+ *   act            an invalid value leaves out untouched
+ *   out, grad, x   n floats each; out may equal grad or x, must not
+ *                  otherwise overlap them
+ *   n <= 0 does nothing */
+void tpu_vm_act_grad_f32(tpu_vm_act act, float *out, const float *grad, const float *x,
+                         int64_t n);
+
 /* fn(x) for one value, bit-identical to what tpu_vm_f32 gives for x.
  * Returns NaN for an invalid fn. */
 float tpu_vm_scalar_f32(tpu_vm_fn fn, float x);

@@ -320,7 +320,8 @@ VM_ATTR VF VM_SFX(k_erf)(VF x) {
  * exp(x))), ran 30 % slower in one pass than in three, its three
  * functions' constants and temporaries being more than the registers
  * hold: the unary kernel keeps its passes.) */
-VM_ATTR VF VM_SFX(k_act_gelu)(VF x) {
+/* gelu's E = erfc(|x|/sqrt 2) for |x| < 6, 0 from 6 on (and for NaN). */
+VM_ATTR VF VM_SFX(vgelu_erfc)(VF x) {
     VF t = VM_SFX(vabs)(x);
     VF tc = vmin(t, vc(0x1.7ffffep+2f)); /* < 6, and not NaN: vmin(NaN, c) = c */
     VI i = vcvtt(vmul(tc, vc(0x1.555556p+0f)));
@@ -328,10 +329,13 @@ VM_ATTR VF VM_SFX(k_act_gelu)(VF x) {
     VF e = vlut8(i, k_gelu_coef[9]);
     for (int k = 8; k >= 0; k--)
         e = vfma(e, u, vlut8(i, k_gelu_coef[k]));
-    VM inside = vlt(t, vc(6.0f));
-    e = vsel(inside, e, vc(0.0f));
+    return vsel(vlt(t, vc(6.0f)), e, vc(0.0f));
+}
+
+VM_ATTR VF VM_SFX(k_act_gelu)(VF x) {
+    VF e = VM_SFX(vgelu_erfc)(x);
     VF h = vmul(x, vc(0.5f));
-    VF pos = vsel(inside, vfma(vsub(vc(0.0f), h), e, x), x);
+    VF pos = vsel(vlt(VM_SFX(vabs)(x), vc(6.0f)), vfma(vsub(vc(0.0f), h), e, x), x);
     VF y = vsel(vilt(vbits(x), vic(0)), vmul(h, e), pos);
     return VM_SFX(vnanfix)(x, y);
 }
@@ -345,6 +349,51 @@ VM_ATTR VF VM_SFX(k_act_gelu_tanh)(VF x) {
 
 VM_ATTR VF VM_SFX(k_act_silu)(VF x) {
     return vmul(x, VM_SFX(k_sigmoid)(x));
+}
+
+/* g times the activations' derivatives (tpu_vm_act_grad_f32), in f32:
+ *   gelu       g (Phi(x) + x phi(x)): Phi = 1 - E/2 or E/2 from the
+ *              gelu's table, phi = e^(-x^2/2) / sqrt(2 pi), summed by one
+ *              fma
+ *   gelu_tanh  g (0.5 (1 + t) + 0.5 x (1 - t^2) beta (1 + 3 kappa x^2)),
+ *              t = tanh(z), z = beta (x + kappa x^3), in the form
+ *              s (1 + 2 x beta (1 + 3 kappa x^2) (1 - s)), s = sigmoid(2 z)
+ *   silu       g s (1 + x (1 - s)), s = sigmoid(x)
+ * The sums cancel where the derivative crosses zero (gelu near -0.75,
+ * silu near -1.28): there the error is a few ulp of the terms, not of
+ * the result (tests/c/test_kernels_vecmath.c holds them to that). Below
+ * -6 gelu's Phi (under 1e-9, 1/x^2 of the result) is left out, as the
+ * table ends; PyTorch's 0.5 (1 + erf) is 0 from -5.4 on. A NaN x gives
+ * x + x, as everywhere here. */
+VM_ATTR VF VM_SFX(k_grad_gelu)(VF g, VF x) {
+    VF half = vmul(VM_SFX(vgelu_erfc)(x), vc(0.5f));
+    VF cdf = vsel(vilt(vbits(x), vic(0)), half, vsub(vc(1.0f), half));
+    VF arg = vmax(vmul(vmul(x, x), vc(-0.5f)), vc(-104.0f));
+    VF pdf = vmul(VM_SFX(vexp_clamped)(arg), vc(0x1.988454p-2f)); /* 1/sqrt(2 pi) */
+    return VM_SFX(vnanfix)(x, vmul(g, vfma(x, pdf, cdf)));
+}
+
+VM_ATTR VF VM_SFX(k_grad_gelu_tanh)(VF g, VF x) {
+    /* beta = float(sqrt(2 / pi)), kappa = 0.044715f, 3 kappa rounded.
+     * 0.5 (1 + t) = s and 1 - t^2 = 4 s (1 - s) with s = sigmoid(2 z),
+     * which keeps both accurate where t rounds to -1 (the tail's true
+     * derivative is tiny, not 0: an infinite g still gives an infinity). */
+    VF cube = vmul(vmul(vmul(vc(0x1.6e4e26p-5f), x), x), x);
+    VF s = VM_SFX(k_sigmoid)(vmul(vc(0x1.988454p+0f), vadd(x, cube)));
+    /* x clamped for the slope term, which would overflow (and make 0 *
+     * inf) where s is 0 or 1 anyway; the infinities give NaN, as the
+     * formula's inf * 0 does. */
+    VF xc = vmax(vmin(x, vc(1e4f)), vc(-1e4f));
+    VF slope = vmul(vc(0x1.988454p-1f), vfma(vc(0x1.12ba9ep-3f), vmul(xc, xc), vc(1.0f)));
+    VF w = vmul(vmul(vc(2.0f), xc), slope);
+    VF d = vmul(s, vfma(w, vsub(vc(1.0f), s), vc(1.0f)));
+    d = vsel(vlt(VM_SFX(vabs)(x), vc(INFINITY)), d, vsub(x, x));
+    return VM_SFX(vnanfix)(x, vmul(g, d));
+}
+
+VM_ATTR VF VM_SFX(k_grad_silu)(VF g, VF x) {
+    VF s = VM_SFX(k_sigmoid)(x);
+    return VM_SFX(vnanfix)(x, vmul(g, vmul(s, vfma(x, vsub(vc(1.0f), s), vc(1.0f)))));
 }
 
 /* -------------------------------------------------- sin, cos */

@@ -1305,7 +1305,8 @@ static void run_all(const char *label, const tpu_op *op, buf *outb, buf **ins, i
      * ways agree with each other bit for bit, and with the expectation to
      * vecmath's stated bound (2 ulp of f32, plus the rounding to a 16-bit
      * dtype), not with the reference's bytes. */
-    const bool vm = op->code == TPU_OP_UNARY && tpu_k_unary_uses_vecmath((tpu_unary_fn)op->fn);
+    const bool vm = (op->code == TPU_OP_UNARY && tpu_k_unary_uses_vecmath((tpu_unary_fn)op->fn)) ||
+                    (op->code == TPU_OP_BINARY && tpu_k_binary_uses_vecmath((tpu_binary_fn)op->fn));
     tolspec vm_ts = *ts;
     if (vm) {
         vm_ts.tol = vm_ts.tol < 3 ? 3 : vm_ts.tol;     /* 2 ulp of f32 + the rounding of the check */

@@ -460,9 +460,118 @@ static void test_acts(void) {
     CHECK(out[0] == 5.0f);
 }
 
+#define PI_D 3.14159265358979323846
+
+/* An activation's derivative in double at x (the unary backward's
+ * reference formulas), and *scale, the size of what its f32 form rounds:
+ * the terms of the sum and the terms' sensitivity to a function value
+ * that f32 rounds (the density's exponent for gelu, t for gelu_tanh, s
+ * for silu). */
+static double grad_ref(tpu_vm_act act, double x, double *scale) {
+    switch (act) {
+    case TPU_VM_ACT_GELU: {
+        double cdf = 0.5 * erfc(-x / sqrt(2.0)), xpdf = x * exp(-0.5 * x * x) / sqrt(2.0 * PI_D);
+        *scale = fabs(cdf) + fabs(xpdf) * (2.0 + 0.5 * x * x);
+        return cdf + xpdf;
+    }
+    case TPU_VM_ACT_GELU_TANH: {
+        const double beta = sqrt(2.0 / PI_D), kappa = 0.044715;
+        double t = tanh(beta * (x + kappa * x * x * x)), slope = beta * (1.0 + 3.0 * kappa * x * x);
+        double left = 0.5 * (1.0 + t), right = 0.5 * x * (1.0 - t * t) * slope;
+        *scale = fabs(left) + fabs(right) + fabs(x * t * slope) * (1.0 + fabs(x * slope));
+        return left + right;
+    }
+    case TPU_VM_ACT_SILU: {
+        double sg = x < 0 ? exp(x) / (1.0 + exp(x)) : 1.0 / (1.0 + exp(-x));
+        *scale = fabs(sg) * (1.0 + fabs(x * (1.0 - sg))) + fabs(sg * (1.0 + x - 2.0 * x * sg));
+        return sg * (1.0 + x * (1.0 - sg));
+    }
+    default: *scale = 0.0; return NAN;
+    }
+}
+
+/* tpu_vm_act_grad_f32 on every 1021st float x, with grad 1 and with
+ * grad -0.375 (exact products), in place on either operand and not: the
+ * same bits at every level, and within 4 ulp of the double reference
+ * plus 4 * 2^-24 of its scale (where the derivative crosses zero, only
+ * the latter counts), plus a subnormal intermediate's rounding and, for
+ * gelu below -6, the Phi it leaves out; NaN where the reference is NaN
+ * (the infinities), a NaN x too. An invalid act leaves out alone. */
+static void test_grads(void) {
+    enum { CHUNK_G = 1000 };
+    static float x[CHUNK_G], g[CHUNK_G], out[CHUNK_G], want[CHUNK_G];
+    tpu_isa best = tpu_kernels_best_isa();
+    for (int act = 0; act < TPU_VM_ACT_COUNT; act++) {
+        int64_t bad = 0, far = 0;
+        uint32_t first_bad = 0, first_far = 0;
+        double worst = 0.0;
+        uint64_t pat = 0;
+        for (int64_t round = 0; pat < (1ull << 32); round++) {
+            int n = (int)(CHUNK_G - round % 17);
+            const float gv = round % 3 ? 1.0f : -0.375f;
+            for (int i = 0; i < n; i++, pat += 1021) {
+                x[i] = bits_f((uint32_t)pat);
+                g[i] = gv;
+            }
+            CHECK_OK(tpu_kernels_set_isa(TPU_ISA_PORTABLE));
+            tpu_vm_act_grad_f32((tpu_vm_act)act, want, g, x, n);
+            for (int i = 0; i < n; i++) {
+                double scale, r = gv * grad_ref((tpu_vm_act)act, x[i], &scale);
+                double err = fabs((double)want[i] - r), ulp = ldexp(1.0, -149);
+                if (r != 0.0 && isfinite(r)) {
+                    int e;
+                    frexp(r, &e);
+                    ulp = ldexp(1.0, e - 24 < -149 ? -149 : e - 24);
+                }
+                /* A subnormal intermediate (the density, s) rounds to 2^-150
+                 * absolute, which x may scale; below -6 gelu leaves out Phi. */
+                double slack = 4.0 * (1.0 + fabs(x[i])) * ldexp(fabs(gv), -149);
+                if (act == TPU_VM_ACT_GELU && x[i] <= -6.0f)
+                    slack += fabs(gv) * 0.5 * erfc(-x[i] / sqrt(2.0));
+                double bound = 4.0 * ulp + 4.0 * ldexp(fabs(gv) * scale, -24) + slack;
+                bool ok = isnan(r) ? isnan(want[i]) : err <= bound;
+                if (!isnan(r) && err / bound > worst && !(act == TPU_VM_ACT_GELU && x[i] <= -6.0f))
+                    worst = err / bound;
+                if (!ok && far++ == 0)
+                    first_far = f_bits(x[i]);
+            }
+            for (int isa = 1; isa <= (int)best; isa++) {
+                CHECK_OK(tpu_kernels_set_isa((tpu_isa)isa));
+                int mode = (int)((round + isa) % 3);
+                if (mode == 0)
+                    tpu_vm_act_grad_f32((tpu_vm_act)act, out, g, x, n);
+                else {
+                    static float g2[CHUNK_G], x2[CHUNK_G];
+                    memcpy(g2, g, sizeof(float) * (size_t)n);
+                    memcpy(x2, x, sizeof(float) * (size_t)n);
+                    float *o = mode == 1 ? g2 : x2; /* in place on grad, or on x */
+                    tpu_vm_act_grad_f32((tpu_vm_act)act, o, g2, x2, n);
+                    memcpy(out, o, sizeof(float) * (size_t)n);
+                }
+                for (int i = 0; i < n; i++)
+                    if (!same_value(out[i], want[i]) && bad++ == 0)
+                        first_bad = f_bits(x[i]);
+            }
+        }
+        printf("  grad %d: largest error %.2f of the bound (gelu: x > -6)\n", act, worst);
+        CHECK(bad == 0 && far == 0);
+        if (bad)
+            fprintf(stderr, "    grad %d: %lld values differ between levels, first at x = %a\n",
+                    act, (long long)bad, (double)bits_f(first_bad));
+        if (far)
+            fprintf(stderr, "    grad %d: %lld values out of bounds, first at x = %a\n", act,
+                    (long long)far, (double)bits_f(first_far));
+    }
+    CHECK_OK(tpu_kernels_set_isa(TPU_ISA_COUNT - 1));
+    out[0] = 5.0f;
+    tpu_vm_act_grad_f32(TPU_VM_ACT_COUNT, out, g, x, 1);
+    CHECK(out[0] == 5.0f);
+}
+
 int main(void) {
     printf("vecmath on %s (best level)\n", tpu_isa_name(tpu_kernels_best_isa()));
     test_acts();
+    test_grads();
     test_specials();
     test_layouts();
     test_exp_rows();

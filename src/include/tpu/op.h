@@ -732,7 +732,8 @@ TPU_API bool tpu_op_fn_takes(tpu_op_code code, int32_t fn, tpu_dtype dt);
  * layout, not only on their values: its fast path (taken for dense,
  * alike-laid-out operands) and its reference path round differently
  * within the stated ulps. Today: the UNARY functions computed with vector
- * math (exp, tanh, sigmoid, ...) on a float common dtype. The fusion
+ * math (exp, tanh, sigmoid, ...) and the BINARY activation gradients
+ * (gelu, gelu_tanh and silu backward) on a float common dtype. The fusion
  * planner keeps such records whole unless every operand is contiguous. */
 TPU_API bool tpu_op_layout_sensitive(const tpu_op *op);
 
