@@ -289,8 +289,10 @@ tpu_status tpu_k_scan_fast(const tpu_op *op, int ith, int nth);
 /* WINDOW (window.c). */
 tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth);
 
-/* SORT (sort.c): a stable merge sort of each line in scratch. */
+/* SORT (sort.c): a stable merge sort of each line in scratch; the fast
+ * kernel selects a small TOPK's k in one pass (the same bytes). */
 tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_sort_fast(const tpu_op *op, int ith, int nth);
 int64_t tpu_k_sort_scratch_bytes(const tpu_op *op);
 
 /* Special functions in f64 (special.c), with PyTorch's special values:

@@ -6,6 +6,12 @@
  * float dtypes (exact for every one) and int64 for integers and bool, so
  * comparisons are exact. NaN sorts above every number.
  *
+ * The fast kernel takes TOPK with k <= TOPK_SELECT_MAX by selection
+ * instead: one pass over each line keeps its k first entries in sort
+ * order (the same pairs, as the same comparisons decide them), in
+ * O(len) for most inputs where the sort is O(len log len); the rest is
+ * the sort.
+ *
  * Work split: contiguous ranges of lines, each sorted by one share in its
  * own part of the scratch (two pair buffers per line, laid out by line
  * index), so results do not depend on the thread count. */
@@ -161,4 +167,71 @@ tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth) {
         }
     }
     return TPU_OK;
+}
+
+/* TOPK by selection: for each line, buf holds the k first pairs of the
+ * sorted line seen so far, in sort order. A pair enters only if it sorts
+ * strictly before the last one held (which it then displaces), and goes
+ * after every held pair it does not sort strictly before: equal keys keep
+ * their scan order, as the stable sort keeps them. So buf ends as the
+ * sort's first k. Few pairs enter for most inputs (about k ln(len/k) for
+ * random ones); at worst (a line in reverse order) every pair moves up to
+ * k held ones. */
+enum { TOPK_SELECT_MAX = 64 };
+
+static tpu_status topk_select(const tpu_op *op, int ith, int nth) {
+    const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
+    const int32_t dim = op->p.sort.dim;
+    const int64_t len = line_len(op), k = o->sizes[dim];
+    int64_t line_sizes[TPU_MAX_DIMS];
+    for (int32_t d = 0; d < in->ndim; d++)
+        line_sizes[d] = d == dim ? 1 : in->sizes[d];
+    const int64_t lines = len > 0 ? tpu_k_numel(in) / len : 0;
+    int64_t start, end;
+    tpu_k_split(lines, ith, nth, &start, &end);
+    if (start >= end || k == 0)
+        return TPU_OK;
+    const int64_t *strides[3] = {in->strides, o->strides, ix->strides};
+    tpu_k_iter it;
+    tpu_k_iter_init(&it, in->ndim, line_sizes, 3, strides, start);
+    const bool is_float = tpu_dtype_is_float(in->dtype), desc = op->p.sort.descending;
+    sort_pair buf[TOPK_SELECT_MAX];
+    for (int64_t l = start; l < end; l++, tpu_k_iter_next(&it)) {
+        int64_t have = 0;
+        for (int64_t j = 0; j < len; j++) {
+            const char *x = tpu_k_ptr(in, it.off[0] + j * in->strides[dim]);
+            sort_pair p;
+            if (is_float)
+                p.key.f = tpu_k_load_f64(x, in->dtype);
+            else
+                p.key.i = tpu_k_load_i64(x, in->dtype);
+            p.pos = j;
+            if (have == k) {
+                if (!before(&p, &buf[k - 1], is_float, desc))
+                    continue;
+                have--;
+            }
+            int64_t at = have;
+            for (; at > 0 && before(&p, &buf[at - 1], is_float, desc); at--)
+                buf[at] = buf[at - 1];
+            buf[at] = p;
+            have++;
+        }
+        for (int64_t j = 0; j < k; j++) {
+            char *y = tpu_k_ptr(o, it.off[1] + j * o->strides[dim]);
+            if (is_float)
+                tpu_k_store_f64(y, o->dtype, buf[j].key.f);
+            else
+                tpu_k_store_i64(y, o->dtype, buf[j].key.i);
+            tpu_k_store_i64(tpu_k_ptr(ix, it.off[2] + j * ix->strides[dim]), TPU_DTYPE_I64,
+                            buf[j].pos);
+        }
+    }
+    return TPU_OK;
+}
+
+tpu_status tpu_k_sort_fast(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_SORT_TOPK && op->out.sizes[op->p.sort.dim] <= TOPK_SELECT_MAX)
+        return topk_select(op, ith, nth);
+    return tpu_k_sort_ref(op, ith, nth);
 }

@@ -168,6 +168,15 @@ static double un_f64(tpu_unary_fn fn, double x, const tpu_scalar *args) {
  * transcendental ones through un_f64, rounded once. clamp and nan_to_num
  * go through un_f64 too: their result is x or a parameter, which the glue
  * gives already in the common dtype, so the bytes are the same. */
+/* fminf(fmaxf(t, 0), 6) as compares the compiler vectorises (fminf and
+ * fmaxf are library calls in the baseline build): the same value for
+ * every t, NaN included (fmaxf(NaN, 0) is 0, and t > 0 is false), and t
+ * = v + 3 is never -0. */
+static inline float clip_0_6(float t) {
+    t = t > 0.0f ? t : 0.0f;
+    return t < 6.0f ? t : 6.0f;
+}
+
 static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
     switch (fn) {
     case TPU_UNARY_NEG: return -x;
@@ -181,8 +190,8 @@ static float un_f32(tpu_unary_fn fn, float x, const tpu_scalar *args) {
     case TPU_UNARY_FRAC: return x - truncf(x);
     case TPU_UNARY_RELU: return x != x ? x : x > 0.0f ? x : 0.0f;
     case TPU_UNARY_LEAKY_RELU: return x > 0.0f ? x : x * (float)args[0].f;
-    case TPU_UNARY_HARDSWISH: return x * fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
-    case TPU_UNARY_HARDSIGMOID: return x != x ? x : fminf(fmaxf(x + 3.0f, 0.0f), 6.0f) / 6.0f;
+    case TPU_UNARY_HARDSWISH: return x * clip_0_6(x + 3.0f) / 6.0f;
+    case TPU_UNARY_HARDSIGMOID: return x != x ? x : clip_0_6(x + 3.0f) / 6.0f;
     case TPU_UNARY_HARDSHRINK: {
         const float l = (float)args[0].f;
         return x >= -l && x <= l ? 0.0f : x;
@@ -335,9 +344,8 @@ static tpu_vm_fn vm_of(tpu_unary_fn fn) {
     case TPU_UNARY_FRAC: SIMPLE_LOOP(v - truncf(v));                                               \
     case TPU_UNARY_RELU: SIMPLE_LOOP((v > 0.0f || v != v) ? v : 0.0f);                             \
     case TPU_UNARY_LEAKY_RELU: SIMPLE_LOOP(v > 0.0f ? v : v * a0);                                 \
-    case TPU_UNARY_HARDSIGMOID:                                                                    \
-        SIMPLE_LOOP(v != v ? v : fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);                       \
-    case TPU_UNARY_HARDSWISH: SIMPLE_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f);         \
+    case TPU_UNARY_HARDSIGMOID: SIMPLE_LOOP(v != v ? v : clip_0_6(v + 3.0f) / 6.0f);              \
+    case TPU_UNARY_HARDSWISH: SIMPLE_LOOP(v * clip_0_6(v + 3.0f) / 6.0f);                         \
     case TPU_UNARY_CLAMP: {                                                                        \
         /* NaN bounds take the scalar body (a NaN lower bound wins there). */                      \
         int64_t which = args[2].i;                                                                 \

@@ -549,11 +549,11 @@ static void test_sort(void) {
                     int64_t len = sz[dim];
                     run_sort(false, len, dts[d], nd, sz, dim, desc, rot % L_COUNT,
                              (rot / 2) % L_COUNT, (rot / 3) % L_COUNT, rot % 3 != 1);
-                    /* TOPK: every k for short lines, the ends and a middle
-                     * for long ones. */
+                    /* TOPK: every k for short lines, the ends, a middle and
+                     * the fast kernel's largest selection (64) for long ones. */
                     for (int64_t kk = 0; kk <= len; kk++) {
                         if (len > 6 && kk != 0 && kk != 1 && kk != len / 2 && kk != len - 1 &&
-                            kk != len)
+                            kk != len && kk != 64)
                             continue;
                         if (nd == 3 && kk % 2 == 1 && kk != len) /* keep it short */
                             continue;
