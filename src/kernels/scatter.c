@@ -201,6 +201,77 @@ static tpu_status nonzero_ref(const tpu_op *op, int ith) {
     return TPU_OK;
 }
 
+/* nonzero_ref for a row-major contiguous input of one-byte elements (bool,
+ * uint8, int8: masks), run by share 0 alone like it, the coordinates of
+ * the outer dims kept as a counter, not recomputed per element, and no
+ * branch per element while the counted rows leave room; once all are
+ * written the rest is checked to be zeros eight bytes at a time. The same
+ * rows in the same order, the same errors. False, having written
+ * nothing, for other inputs. */
+static bool row_major(const tpu_tensor *t) {
+    int64_t want = 1;
+    for (int32_t d = t->ndim - 1; d >= 0; d--) {
+        if (t->sizes[d] != 1 && t->strides[d] != want)
+            return false;
+        want *= t->sizes[d];
+    }
+    return true;
+}
+
+bool tpu_k_nonzero_bytes(const tpu_op *op, int ith, tpu_status *st) {
+    const tpu_tensor *o = &op->out, *in = &op->in[0];
+    if (tpu_dtype_size(in->dtype) != 1 || in->ndim < 1 || !row_major(in) || !tpu_k_is_aligned(o))
+        return false;
+    *st = TPU_OK;
+    if (ith != 0)
+        return true;
+    const int32_t nd = in->ndim;
+    const int64_t inner = in->sizes[nd - 1], count = o->sizes[0];
+    const int64_t outer = inner > 0 ? tpu_k_numel(in) / inner : 0;
+    const int64_t rs = o->strides[0], cs = o->strides[1];
+    const unsigned char *p = (const unsigned char *)in->data;
+    int64_t *dst = (int64_t *)o->data, coord[TPU_MAX_DIMS] = {0}, row = 0;
+    for (int64_t r = 0; r < outer; r++, p += inner) {
+        int64_t j = 0;
+        /* While there is room for as many rows as elements are next, every
+         * element's coordinates go to the next row, which only a nonzero
+         * one keeps (no branch to mispredict on mixed bytes). */
+        for (int64_t len; (len = inner - j < count - row ? inner - j : count - row) > 0;)
+            for (const int64_t stop = j + len; j < stop; j++) {
+                int64_t *at = dst + row * rs;
+                for (int32_t d = 0; d + 1 < nd; d++)
+                    at[d * cs] = coord[d];
+                at[(nd - 1) * cs] = j;
+                row += p[j] != 0;
+            }
+        /* Every counted row is written: the rest must be zeros. */
+        for (; j < inner; j++) {
+            if (j % 8 == 0 && j + 8 <= inner) {
+                uint64_t word;
+                memcpy(&word, p + j, sizeof word);
+                if (word == 0) {
+                    j += 7;
+                    continue;
+                }
+            }
+            if (p[j] != 0) {
+                *st = tpu_set_error(TPU_ERR_INTERNAL, "%s: more nonzero elements than the %lld counted",
+                                    tpu_k_op_label(op), (long long)count);
+                return true;
+            }
+        }
+        for (int32_t d = nd - 2; d >= 0; d--) { /* the next outer coordinate */
+            if (++coord[d] < in->sizes[d])
+                break;
+            coord[d] = 0;
+        }
+    }
+    if (row != count)
+        *st = tpu_set_error(TPU_ERR_INTERNAL, "%s: %lld nonzero elements, %lld counted",
+                            tpu_k_op_label(op), (long long)row, (long long)count);
+    return true;
+}
+
 tpu_status tpu_k_scatter_ref(const tpu_op *op, int ith, int nth) {
     switch (op->fn) {
     case TPU_INDEX_ADVANCED:
