@@ -625,6 +625,50 @@ static bool picks_index(const tpu_op *op) {
  * 16-lane order, ANY/ALL of bool (isin's mask.any(-1)), or the pick of
  * AMAX/AMIN/ARGMAX/ARGMIN of f32 (greedy decoding's argmax over the
  * vocabulary), without re-walking the reduced dims for every output. */
+/* SUM of bool or integer elements into int64: each element converted to
+ * int64 (exact; a bool as 0 or 1) and added wrapping, as the reference
+ * does. Wrapping addition is associative, so the eight running sums
+ * below give the reference's value in any order. */
+static bool int_sum(const tpu_op *op) {
+    const tpu_dtype dt = op->in[0].dtype;
+    return op->fn == TPU_REDUCE_SUM && op->out.dtype == TPU_DTYPE_I64 &&
+           (dt == TPU_DTYPE_BOOL || dt == TPU_DTYPE_U8 || dt == TPU_DTYPE_I8 ||
+            dt == TPU_DTYPE_I16 || dt == TPU_DTYPE_I32 || dt == TPU_DTYPE_I64) &&
+           tpu_k_is_aligned(&op->in[0]);
+}
+
+#define INT_SUM_RUN(T, TERM)                                                                       \
+    do {                                                                                           \
+        const T *v = (const T *)x;                                                                 \
+        uint64_t acc[8] = {0};                                                                     \
+        int64_t i = 0;                                                                             \
+        for (; i + 8 <= n; i += 8)                                                                 \
+            for (int l = 0; l < 8; l++)                                                            \
+                acc[l] += (uint64_t)(TERM(v[i + l]));                                              \
+        for (; i < n; i++)                                                                         \
+            acc[0] += (uint64_t)(TERM(v[i]));                                                      \
+        uint64_t s = 0;                                                                            \
+        for (int l = 0; l < 8; l++)                                                                \
+            s += acc[l];                                                                           \
+        return tpu_k_u64_to_i64(s);                                                                \
+    } while (0)
+#define AS_IS(e) (e)
+#define AS_BOOL(e) ((e) != 0)
+
+static int64_t int_sum_run(const void *x, tpu_dtype dt, int64_t n) {
+    switch (dt) {
+    case TPU_DTYPE_BOOL: INT_SUM_RUN(uint8_t, AS_BOOL);
+    case TPU_DTYPE_U8: INT_SUM_RUN(uint8_t, AS_IS);
+    case TPU_DTYPE_I8: INT_SUM_RUN(int8_t, AS_IS);
+    case TPU_DTYPE_I16: INT_SUM_RUN(int16_t, AS_IS);
+    case TPU_DTYPE_I32: INT_SUM_RUN(int32_t, AS_IS);
+    default: INT_SUM_RUN(int64_t, AS_IS);
+    }
+}
+#undef AS_BOOL
+#undef AS_IS
+#undef INT_SUM_RUN
+
 static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
     int64_t start, end;
@@ -655,6 +699,11 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
             tpu_k_store_i64(dst, o->dtype,
                             count > 0 ? any_all_run((const uint8_t *)in->data + it.off[1], count, any)
                                       : !any);
+            continue;
+        }
+        if (int_sum(op)) {
+            const char *x = (const char *)in->data + it.off[1] * (int64_t)tpu_dtype_size(in->dtype);
+            tpu_k_store_i64(dst, o->dtype, count > 0 ? int_sum_run(x, in->dtype, count) : 0);
             continue;
         }
         if (is_pick(op)) { /* count >= 1: tpu_k_reduce_fast checked */
@@ -905,8 +954,9 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
 
 /* Fast paths for aligned f32 input and float output: trailing-dims and
  * leading-dims reductions of contiguous data; ANY/ALL of trailing bool
- * runs; the picks (AMAX ... ARGMIN) of nonempty trailing f32 runs. The
- * rest is reference. */
+ * runs; the picks (AMAX ... ARGMIN) of nonempty trailing f32 runs; SUM
+ * of trailing bool and integer runs into int64 (int_sum). The rest is
+ * reference. */
 tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
     if (is_var(op)) /* one walk in both modes; var_of picks its loops */
         return tpu_k_reduce_ref(op, ith, nth);
@@ -915,6 +965,8 @@ tpu_status tpu_k_reduce_fast(const tpu_op *op, int ith, int nth) {
         return reduce_trailing(op, ith, nth);
     if ((op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL) &&
         op->in[0].dtype == TPU_DTYPE_BOOL && trailing_block(op) >= 0)
+        return reduce_trailing(op, ith, nth);
+    if (int_sum(op) && trailing_block(op) >= 0)
         return reduce_trailing(op, ith, nth);
     const sum_kind k = sum_kind_of(op);
     if (k != SUM_NONE && op->in[0].dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(&op->in[0]) &&
