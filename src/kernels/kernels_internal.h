@@ -289,6 +289,7 @@ tpu_status tpu_k_scan_fast(const tpu_op *op, int ith, int nth);
 
 /* WINDOW (window.c). */
 tpu_status tpu_k_window_ref(const tpu_op *op, int ith, int nth);
+tpu_status tpu_k_window_fast(const tpu_op *op, int ith, int nth);
 
 /* SORT (sort.c): a stable merge sort of each line in scratch; the fast
  * kernel selects a small TOPK's k in one pass (the same bytes). */

@@ -310,7 +310,7 @@ static const struct {
     [TPU_OP_LOSS] = {tpu_k_loss_ref, tpu_k_loss_ref},
     [TPU_OP_SCAN] = {tpu_k_scan_ref, tpu_k_scan_fast},
     [TPU_OP_SORT] = {tpu_k_sort_ref, tpu_k_sort_fast, NULL, tpu_k_sort_scratch_bytes, NULL},
-    [TPU_OP_WINDOW] = {tpu_k_window_ref, tpu_k_window_ref},
+    [TPU_OP_WINDOW] = {tpu_k_window_ref, tpu_k_window_fast},
     [TPU_OP_ATTENTION] = {tpu_k_attention_ref, tpu_k_attention_fast, tpu_k_attention_phases,
                           tpu_k_attention_scratch_bytes, tpu_k_attention_run_phase},
 };
