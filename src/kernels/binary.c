@@ -225,14 +225,18 @@ static inline float bin_f32(const bin_ctx *c, float a, float b) {
     case TPU_BINARY_XLOGY: return b != b ? b : a == 0.0f ? 0.0f : a * (float)log(b);
     case TPU_BINARY_THRESHOLD: return a <= (float)c->a0.f ? (float)c->a1.f : b;
     case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0f - b) * b;
-    case TPU_BINARY_TANH_BACKWARD: return a * (1.0f - b * b);
+    /* The next three as PyTorch's CPU kernels' vector forms compute them
+     * (what a contiguous CPU tensor gets): 1 - b^2 fused; hardswish's
+     * ends -3 and 3 closed, a NaN b giving NaN; hardtanh's pass-through
+     * only strictly inside (min, max), a NaN b or bound giving 0. */
+    case TPU_BINARY_TANH_BACKWARD: return a * fmaf(-b, b, 1.0f);
     case TPU_BINARY_LEAKY_RELU_BACKWARD: return a > 0.0f ? b : b * (float)c->a0.f;
     case TPU_BINARY_HARDSWISH_BACKWARD:
-        return b < -3.0f ? 0.0f : b <= 3.0f ? a * (b / 3.0f + 0.5f) : a;
+        return b <= -3.0f ? 0.0f : b >= 3.0f ? a : a * (b / 3.0f + 0.5f);
     case TPU_BINARY_HARDSIGMOID_BACKWARD:
         return b > -3.0f && b < 3.0f ? a * (1.0f / 6.0f) : 0.0f;
     case TPU_BINARY_HARDTANH_BACKWARD:
-        return b <= (float)c->a0.f || b >= (float)c->a1.f ? 0.0f : a;
+        return b > (float)c->a0.f && b < (float)c->a1.f ? a : 0.0f;
     case TPU_BINARY_SOFTPLUS_BACKWARD: {
         float beta = (float)c->a0.f, z = (float)exp((double)(b * beta));
         return b * beta > (float)c->a1.f ? a : a * z / (z + 1.0f);
@@ -277,11 +281,11 @@ static inline double bin_f64(const bin_ctx *c, double a, double b) {
     case TPU_BINARY_XLOGY: return b != b ? b : a != a ? a : a == 0.0 ? 0.0 : a * log(b);
     case TPU_BINARY_THRESHOLD: return a <= c->a0.f ? c->a1.f : b;
     case TPU_BINARY_SIGMOID_BACKWARD: return a * (1.0 - b) * b;
-    case TPU_BINARY_TANH_BACKWARD: return a * (1.0 - b * b);
+    case TPU_BINARY_TANH_BACKWARD: return a * fma(-b, b, 1.0);
     case TPU_BINARY_LEAKY_RELU_BACKWARD: return a > 0.0 ? b : b * c->a0.f;
-    case TPU_BINARY_HARDSWISH_BACKWARD: return b < -3.0 ? 0.0 : b <= 3.0 ? a * (b / 3.0 + 0.5) : a;
+    case TPU_BINARY_HARDSWISH_BACKWARD: return b <= -3.0 ? 0.0 : b >= 3.0 ? a : a * (b / 3.0 + 0.5);
     case TPU_BINARY_HARDSIGMOID_BACKWARD: return b > -3.0 && b < 3.0 ? a * (1.0 / 6.0) : 0.0;
-    case TPU_BINARY_HARDTANH_BACKWARD: return b <= c->a0.f || b >= c->a1.f ? 0.0 : a;
+    case TPU_BINARY_HARDTANH_BACKWARD: return b > c->a0.f && b < c->a1.f ? a : 0.0;
     case TPU_BINARY_SOFTPLUS_BACKWARD: {
         double z = exp(b * c->a0.f);
         return b * c->a0.f > c->a1.f ? a : a * z / (z + 1.0);
@@ -575,7 +579,7 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
     case TPU_BINARY_SIGMOID_BACKWARD:
         LOOP8(_mm256_mul_ps(_mm256_mul_ps(x, _mm256_sub_ps(_mm256_set1_ps(1.0f), y)), y));
     case TPU_BINARY_TANH_BACKWARD:
-        LOOP8(_mm256_mul_ps(x, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(y, y))));
+        LOOP8(_mm256_mul_ps(x, _mm256_fnmadd_ps(y, y, _mm256_set1_ps(1.0f))));
     case TPU_BINARY_LEAKY_RELU_BACKWARD: {
         const __m256 slope = _mm256_set1_ps((float)c->a0.f);
         LOOP8(_mm256_blendv_ps(_mm256_mul_ps(y, slope), y,
@@ -584,11 +588,10 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
     case TPU_BINARY_HARDSWISH_BACKWARD: {
         const __m256 three = _mm256_set1_ps(3.0f), mthree = _mm256_set1_ps(-3.0f);
         LOOP8(_mm256_blendv_ps(
-            _mm256_blendv_ps(x,
-                             _mm256_mul_ps(x, _mm256_add_ps(_mm256_div_ps(y, three),
+            _mm256_blendv_ps(_mm256_mul_ps(x, _mm256_add_ps(_mm256_div_ps(y, three),
                                                             _mm256_set1_ps(0.5f))),
-                             _mm256_cmp_ps(y, three, _CMP_LE_OQ)),
-            _mm256_setzero_ps(), _mm256_cmp_ps(y, mthree, _CMP_LT_OQ)));
+                             x, _mm256_cmp_ps(y, three, _CMP_GE_OQ)),
+            _mm256_setzero_ps(), _mm256_cmp_ps(y, mthree, _CMP_LE_OQ)));
     }
     case TPU_BINARY_HARDSIGMOID_BACKWARD:
         LOOP8(_mm256_and_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.0f / 6.0f)),
@@ -596,9 +599,9 @@ __attribute__((target("avx2,fma"))) static void direct_avx2(const bin_ctx *c, ch
                                           _mm256_cmp_ps(y, _mm256_set1_ps(3.0f), _CMP_LT_OQ))));
     case TPU_BINARY_HARDTANH_BACKWARD: {
         const __m256 lo = _mm256_set1_ps((float)c->a0.f), hi = _mm256_set1_ps((float)c->a1.f);
-        LOOP8(_mm256_andnot_ps(_mm256_or_ps(_mm256_cmp_ps(y, lo, _CMP_LE_OQ),
-                                            _mm256_cmp_ps(y, hi, _CMP_GE_OQ)),
-                               x));
+        LOOP8(_mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(y, lo, _CMP_GT_OQ),
+                                          _mm256_cmp_ps(y, hi, _CMP_LT_OQ)),
+                            x));
     }
     case TPU_BINARY_POW: {
         /* b0 is one of has_vector_form's exponents; y is b0 throughout. */
@@ -702,7 +705,7 @@ direct_16(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t
     case TPU_BINARY_SIGMOID_BACKWARD:
         LOOP16(_mm512_mul_ps(_mm512_mul_ps(x, _mm512_sub_ps(_mm512_set1_ps(1.0f), y)), y));
     case TPU_BINARY_TANH_BACKWARD:
-        LOOP16(_mm512_mul_ps(x, _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(y, y))));
+        LOOP16(_mm512_mul_ps(x, _mm512_fnmadd_ps(y, y, _mm512_set1_ps(1.0f))));
     case TPU_BINARY_LEAKY_RELU_BACKWARD: {
         const __m512 slope = _mm512_set1_ps((float)c->a0.f);
         LOOP16(_mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ),
@@ -711,10 +714,11 @@ direct_16(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t
     case TPU_BINARY_HARDSWISH_BACKWARD: {
         const __m512 three = _mm512_set1_ps(3.0f), mthree = _mm512_set1_ps(-3.0f);
         LOOP16(_mm512_maskz_mov_ps(
-            (__mmask16)~_mm512_cmp_ps_mask(y, mthree, _CMP_LT_OQ),
-            _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, three, _CMP_LE_OQ), x,
+            (__mmask16)~_mm512_cmp_ps_mask(y, mthree, _CMP_LE_OQ),
+            _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, three, _CMP_GE_OQ),
                                  _mm512_mul_ps(x, _mm512_add_ps(_mm512_div_ps(y, three),
-                                                                _mm512_set1_ps(0.5f))))));
+                                                                _mm512_set1_ps(0.5f))),
+                                 x)));
     }
     case TPU_BINARY_HARDSIGMOID_BACKWARD:
         LOOP16(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, _mm512_set1_ps(-3.0f), _CMP_GT_OQ) &
@@ -722,8 +726,8 @@ direct_16(const bin_ctx *c, char *po, tpu_dtype odt, run_in a, run_in b, int64_t
                                    _mm512_mul_ps(x, _mm512_set1_ps(1.0f / 6.0f))));
     case TPU_BINARY_HARDTANH_BACKWARD: {
         const __m512 lo = _mm512_set1_ps((float)c->a0.f), hi = _mm512_set1_ps((float)c->a1.f);
-        LOOP16(_mm512_maskz_mov_ps((__mmask16)~(_mm512_cmp_ps_mask(y, lo, _CMP_LE_OQ) |
-                                                 _mm512_cmp_ps_mask(y, hi, _CMP_GE_OQ)),
+        LOOP16(_mm512_maskz_mov_ps(_mm512_cmp_ps_mask(y, lo, _CMP_GT_OQ) &
+                                       _mm512_cmp_ps_mask(y, hi, _CMP_LT_OQ),
                                    x));
     }
     case TPU_BINARY_POW: {

@@ -294,6 +294,8 @@ tpu_status tpu_k_index_fast(const tpu_op *op, int ith, int nth) {
     tpu_status st;
     if (op->fn == TPU_INDEX_NONZERO && tpu_k_nonzero_bytes(op, ith, &st))
         return st;
+    if (tpu_k_scatter_add_rows(op, ith, nth, &st))
+        return st;
     if (select_rows(op, ith, nth, &st))
         return st;
     if (op->fn == TPU_INDEX_GATHER && op->in[1].dtype == TPU_DTYPE_I64 && op->out.ndim > 0)

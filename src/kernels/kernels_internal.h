@@ -281,6 +281,7 @@ int64_t tpu_k_index_scratch_bytes(const tpu_op *op);
  * tpu_k_index_ref. */
 tpu_status tpu_k_scatter_ref(const tpu_op *op, int ith, int nth);
 bool tpu_k_nonzero_bytes(const tpu_op *op, int ith, tpu_status *st);
+bool tpu_k_scatter_add_rows(const tpu_op *op, int ith, int nth, tpu_status *st);
 tpu_status tpu_k_loss_ref(const tpu_op *op, int ith, int nth);
 
 /* SCAN (scan.c). */

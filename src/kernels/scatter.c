@@ -103,6 +103,50 @@ static tpu_status scatter_ref(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
+/* SCATTER_ADD of f32 along dim 0 whose index is one value per row of the
+ * source (index_add's index, expanded with stride 0 over the other dims),
+ * out and source rows contiguous: row j of the source is added to row
+ * index[j] of out, a share taking a range of the columns (the scatter's
+ * lines) and the rows in order, so each element sums in the line walk's
+ * order: the same bytes (an f32 add rounds as scatter_ref's f64 add
+ * rounded to f32). The indices are all checked first; one out of range
+ * writes nothing. False, having written nothing, for other records. */
+bool tpu_k_scatter_add_rows(const tpu_op *op, int ith, int nth, tpu_status *st) {
+    const tpu_tensor *o = &op->out, *src = &op->in[0], *idx = &op->in[1];
+    if (op->fn != TPU_INDEX_SCATTER_ADD || op->p.index.dim != 0 || o->dtype != TPU_DTYPE_F32 ||
+        src->dtype != TPU_DTYPE_F32 || idx->ndim < 1 || !tpu_k_is_aligned(o) ||
+        !tpu_k_is_aligned(src))
+        return false;
+    int64_t cols = 1;
+    for (int32_t d = idx->ndim - 1; d >= 1; d--) {
+        if (idx->sizes[d] != 1 && idx->strides[d] != 0)
+            return false;
+        if ((o->sizes[d] != 1 && o->strides[d] != cols) ||
+            (src->sizes[d] != 1 && src->strides[d] != cols) || idx->sizes[d] != o->sizes[d] ||
+            idx->sizes[d] != src->sizes[d])
+            return false;
+        cols *= idx->sizes[d];
+    }
+    const int64_t len = idx->sizes[0], size = o->sizes[0];
+    *st = TPU_OK;
+    for (int64_t j = 0; j < len; j++)
+        if (!index_in_range(op, tpu_k_load_index(tpu_k_ptr(idx, j * idx->strides[0]), idx->dtype),
+                            size)) {
+            *st = TPU_ERR_INDEX;
+            return true;
+        }
+    int64_t c0, c1;
+    tpu_k_split(cols, ith, nth, &c0, &c1);
+    for (int64_t j = 0; j < len && c0 < c1; j++) {
+        const int64_t k = tpu_k_load_index(tpu_k_ptr(idx, j * idx->strides[0]), idx->dtype);
+        float *to = (float *)o->data + k * o->strides[0];
+        const float *from = (const float *)src->data + j * src->strides[0];
+        for (int64_t c = c0; c < c1; c++)
+            to[c] += from[c];
+    }
+    return true;
+}
+
 /* The offset (in elements) that the indices at iterator offsets off[1..]
  * add to the indexed view; false (error set) for an index out of range. */
 static bool advanced_offset(const tpu_op *op, const int64_t *off, int64_t *add) {

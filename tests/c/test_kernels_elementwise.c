@@ -1014,7 +1014,8 @@ static void ex_binary_f(int fn, double x, double y, const tpu_op *op, tpu_dtype 
         break;
     }
     case TPU_BINARY_HARDSWISH_BACKWARD:
-        v = y < -3 ? 0 : y <= 3 ? x * (y / 3 + 0.5) : x; /* NaN y: g, as PyTorch's branches */
+        /* As PyTorch's vector form: both ends closed, a NaN y gives NaN. */
+        v = y <= -3 ? 0 : y >= 3 ? x : x * (y / 3 + 0.5);
         r->mag = fabs(x) * (fabs(y) / 3 + 0.5);
         break;
     case TPU_BINARY_HARDSIGMOID_BACKWARD: v = y > -3 && y < 3 ? x / 6 : 0; break;
@@ -1026,7 +1027,9 @@ static void ex_binary_f(int fn, double x, double y, const tpu_op *op, tpu_dtype 
         r->mag = fabs(x) * fabs(y * beta);
         break;
     }
-    case TPU_BINARY_HARDTANH_BACKWARD: v = y <= a[0].f || y >= a[1].f ? 0 : x; break;
+    case TPU_BINARY_HARDTANH_BACKWARD: /* as PyTorch's vector form: NaN y or bound gives 0 */
+        v = y > a[0].f && y < a[1].f ? x : 0;
+        break;
     case TPU_BINARY_HYPOT: {
         double m = fmax(fabs(x), fabs(y)); /* scaled: no overflow of the squares */
         v = isinf(x) || isinf(y) ? INFINITY : isnan(x) || isnan(y) ? NAN : m == 0 ? 0 : m * sqrt((x / m) * (x / m) + (y / m) * (y / m));
