@@ -198,6 +198,21 @@ def test_take_and_put():
         torch.tpu.synchronize()
 
 
+def test_masks_over_more_dims_than_a_record_indexes():
+    # A 5-d or 6-d mask is one index tensor per dim in PyTorch's indexing,
+    # more than a record takes: the glue merges the masked dims.
+    x = randn(2, 1, 3, 1, 4)
+    same(lambda a: a[a > 0], x)
+    same(lambda a: torch.masked_select(a, a > 0), x)
+    y = randn(2, 3, 2, 2, 2, 3).transpose(0, 2)
+    same(lambda a: a[a > 0], y)
+    z = randn(3, 2, 1, 3, 1, 4, 2)
+    mask = randn(2, 1, 3, 1, 4) > 0
+    same(lambda a, m: a[:, m], z, mask)
+    with pytest.raises(IndexError, match="does not match"):
+        tpu(randn(2, 3, 2, 2, 2))[tpu(torch.ones(2, 2, 2, 2, 2, dtype=torch.bool))]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool, torch.bfloat16])
 @pytest.mark.parametrize("fn", [torch.cummax, torch.cummin], ids=["cummax", "cummin"])
 def test_cummax_cummin(fn, dtype):

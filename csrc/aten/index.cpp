@@ -317,7 +317,40 @@ at::Tensor& index_put_impl_(at::Tensor& self, const c10::List<std::optional<at::
   return at::native::_index_put_impl_(self, indices, value, accumulate, unsafe);
 }
 
+// A lone boolean (or byte) mask over more dims than a record takes index
+// tensors (x[mask] with a 5-d mask: PyTorch turns it into one index tensor
+// per dim) indexes the same elements, in the same order, of self with
+// those dims merged into one, by the flattened mask. True with the merged
+// operands in *s and *idx; false (nothing to merge) otherwise, including
+// a mask whose sizes do not match, whose error the usual path raises.
+bool merge_mask_dims(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor* s,
+                     c10::List<std::optional<at::Tensor>>* idx) {
+  int64_t at_dim = -1, k = 0;
+  for (size_t i = 0; i < indices.size(); i++) {
+    const std::optional<at::Tensor> t = indices[i];
+    if (!t.has_value() || !t->defined()) continue;
+    if (at_dim >= 0 || (t->scalar_type() != at::kBool && t->scalar_type() != at::kByte)) return false;
+    at_dim = static_cast<int64_t>(i);
+    k = t->dim();
+  }
+  if (at_dim < 0 || k <= TPU_OP_MAX_INDICES || at_dim + k > self.dim()) return false;
+  const at::Tensor& mask = *indices[at_dim];
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().begin() + at_dim);
+  for (int64_t d = 0; d < k; d++)
+    if (mask.size(d) != self.size(at_dim + d)) return false;
+  shape.push_back(mask.numel());
+  shape.insert(shape.end(), self.sizes().begin() + at_dim + k, self.sizes().end());
+  *s = self.reshape(shape);
+  idx->clear();
+  for (int64_t d = 0; d < at_dim; d++) idx->push_back(std::nullopt);
+  idx->push_back(mask.reshape({-1}));
+  return true;
+}
+
 at::Tensor index(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  at::Tensor merged;
+  c10::List<std::optional<at::Tensor>> merged_idx;
+  if (merge_mask_dims(self, indices, &merged, &merged_idx)) return torch_tpu::index(merged, merged_idx);
   Structured<at::native::structured_index_out> op(OutputKind::Functional, nullptr, "aten::index");
   const auto pre = op.meta(self, at::IOptTensorListRef(indices));
   op.impl(self, pre.sizes, pre.strides, op.output_);
@@ -325,6 +358,9 @@ at::Tensor index(const at::Tensor& self, const c10::List<std::optional<at::Tenso
 }
 
 at::Tensor& index_out(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices, at::Tensor& out) {
+  at::Tensor merged;
+  c10::List<std::optional<at::Tensor>> merged_idx;
+  if (merge_mask_dims(self, indices, &merged, &merged_idx)) return torch_tpu::index_out(merged, merged_idx, out);
   Structured<at::native::structured_index_out> op(OutputKind::Out, &out, "aten::index");
   const auto pre = op.meta(self, at::IOptTensorListRef(indices));
   op.impl(self, pre.sizes, pre.strides, out);
