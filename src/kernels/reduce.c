@@ -366,18 +366,6 @@ static double sq_dev_f32_run(const float *x, int64_t n, double mean) {
     return sq_dev_f32_run_plain(x, n, mean);
 }
 
-/* Whether dims [first, ndim) of t lie in row-major order, one element
- * after another (dims of size 1 may have any stride). */
-static bool row_major_from(const tpu_tensor *t, int32_t first) {
-    int64_t expect = 1;
-    for (int32_t d = t->ndim - 1; d >= first; d--) {
-        if (t->sizes[d] != 1 && t->strides[d] != expect)
-            return false;
-        expect *= t->sizes[d];
-    }
-    return true;
-}
-
 /* If the mask is exactly dims [first, ndim) for some first < ndim and
  * those dims of in are row-major contiguous, returns first; else -1. */
 static int32_t trailing_block(const tpu_op *op) {
@@ -390,7 +378,7 @@ static int32_t trailing_block(const tpu_op *op) {
         first--;
     if ((mask & ((1u << first) - 1u)) != 0 || first == in->ndim)
         return -1;
-    return row_major_from(in, first) ? first : -1;
+    return tpu_k_is_row_major_from(in, first) ? first : -1;
 }
 
 /* Whether VAR's outputs are runs of aligned contiguous f32, summed in the
@@ -680,8 +668,8 @@ static tpu_status reduce_trailing(const tpu_op *op, int ith, int nth) {
     tpu_k_iter_init(&it, o->ndim, o->sizes, 2, strides, start);
     int64_t count = reduced_count(op);
     const bool bools = op->fn == TPU_REDUCE_ANY || op->fn == TPU_REDUCE_ALL;
-    if (bools && count == 1 && o->dtype == TPU_DTYPE_BOOL && row_major_from(o, 0) &&
-        row_major_from(in, 0)) {
+    if (bools && count == 1 && o->dtype == TPU_DTYPE_BOOL && tpu_k_is_row_major_from(o, 0) &&
+        tpu_k_is_row_major_from(in, 0)) {
         /* Runs of one (isin's [V, 1] mask.any(-1)): out is in as 0/1,
          * element for element, without a walk per output (300 us over a
          * 50257-entry vocabulary). */
@@ -910,7 +898,7 @@ static bool is_leading_block(const tpu_op *op) {
     if (in->ndim == 0 || mask == 0 || (mask & (mask + 1u)) != 0 ||
         (mask >> (in->ndim - 1)) != 0)
         return false;
-    return row_major_from(in, 0);
+    return tpu_k_is_row_major_from(in, 0);
 }
 
 /* in is [rows, cols] row-major with the rows reduced: each share takes a
@@ -928,7 +916,7 @@ static tpu_status reduce_leading(const tpu_op *op, int ith, int nth) {
     tpu_k_iter it;
     tpu_k_iter_init(&it, o->ndim, o->sizes, 1, strides, start);
     double acc[TPU_K_LEADING_CHUNK];
-    const bool dense_f32 = o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o) && row_major_from(o, 0);
+    const bool dense_f32 = o->dtype == TPU_DTYPE_F32 && tpu_k_is_aligned(o) && tpu_k_is_row_major_from(o, 0);
     for (int64_t c0 = start; c0 < end; c0 += TPU_K_LEADING_CHUNK) {
         int64_t w = end - c0 < TPU_K_LEADING_CHUNK ? end - c0 : TPU_K_LEADING_CHUNK;
         for (int64_t j = 0; j < w; j++)

@@ -252,19 +252,9 @@ static tpu_status nonzero_ref(const tpu_op *op, int ith) {
  * written the rest is checked to be zeros eight bytes at a time. The same
  * rows in the same order, the same errors. False, having written
  * nothing, for other inputs. */
-static bool row_major(const tpu_tensor *t) {
-    int64_t want = 1;
-    for (int32_t d = t->ndim - 1; d >= 0; d--) {
-        if (t->sizes[d] != 1 && t->strides[d] != want)
-            return false;
-        want *= t->sizes[d];
-    }
-    return true;
-}
-
 bool tpu_k_nonzero_bytes(const tpu_op *op, int ith, tpu_status *st) {
     const tpu_tensor *o = &op->out, *in = &op->in[0];
-    if (tpu_dtype_size(in->dtype) != 1 || in->ndim < 1 || !row_major(in) || !tpu_k_is_aligned(o))
+    if (tpu_dtype_size(in->dtype) != 1 || in->ndim < 1 || !tpu_k_is_row_major_from(in, 0) || !tpu_k_is_aligned(o))
         return false;
     *st = TPU_OK;
     if (ith != 0)

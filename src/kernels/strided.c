@@ -123,6 +123,16 @@ static int cmp_stride(const void *a, const void *b) {
     return (x->stride > y->stride) - (x->stride < y->stride);
 }
 
+bool tpu_k_is_row_major_from(const tpu_tensor *t, int32_t first) {
+    int64_t expect = 1;
+    for (int32_t d = t->ndim - 1; d >= first; d--) {
+        if (t->sizes[d] != 1 && t->strides[d] != expect)
+            return false;
+        expect *= t->sizes[d];
+    }
+    return true;
+}
+
 bool tpu_k_is_dense(const tpu_tensor *t) {
     dim_pair dims[TPU_MAX_DIMS];
     int n = 0;

@@ -95,6 +95,12 @@ int64_t tpu_k_numel(const tpu_tensor *t);
  * 1 do not matter. Such a tensor can be walked as a flat array. */
 bool tpu_k_is_dense(const tpu_tensor *t);
 
+/* True if dims [first, ndim) of t are row-major contiguous: in every one
+ * of size > 1 the stride is the product of the sizes after it (dims of
+ * size 1 do not matter). first = 0: the whole tensor is a row-major
+ * array. */
+bool tpu_k_is_row_major_from(const tpu_tensor *t, int32_t first);
+
 /* True if t has the same strides as `like` in every dim of size > 1 (the
  * two have the same sizes): element i of both lives at the same offset. */
 bool tpu_k_same_layout(const tpu_tensor *t, const tpu_tensor *like);

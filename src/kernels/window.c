@@ -241,13 +241,7 @@ static tpu_status adaptive_max_pool(const tpu_op *op, int64_t start, int64_t end
 static bool im2col_rows(const tpu_op *op, int ith, int nth) {
     const tpu_tensor *x = &op->in[0], *o = &op->out;
     const int64_t es = (int64_t)tpu_dtype_size(o->dtype);
-    int64_t want = 1;
-    for (int32_t d = o->ndim - 1; d >= 0; d--) {
-        if (o->sizes[d] != 1 && o->strides[d] != want)
-            return false;
-        want *= o->sizes[d];
-    }
-    if (es != 1 && es != 2 && es != 4 && es != 8)
+    if (!tpu_k_is_row_major_from(o, 0) || (es != 1 && es != 2 && es != 4 && es != 8))
         return false;
     const window_geom g = geom(op);
     const int64_t H = x->sizes[2], W = x->sizes[3], OH = o->sizes[1], OW = o->sizes[2];
