@@ -126,45 +126,70 @@ static tpu_status searchsorted_ref(const tpu_op *op, int ith, int nth) {
     return TPU_OK;
 }
 
-tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth) {
-    if (op->fn == TPU_SORT_SEARCHSORTED)
-        return searchsorted_ref(op, ith, nth);
-    const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
+/* This share's lines of a SORT or TOPK record: [*start, *end) of the
+ * lines along p.sort.dim, with *it at the first (offsets of in, out and
+ * aux[0]). False when the share has none. */
+static bool share_lines(const tpu_op *op, int ith, int nth, tpu_k_iter *it, int64_t *start,
+                        int64_t *end) {
+    const tpu_tensor *in = &op->in[0];
     const int32_t dim = op->p.sort.dim;
-    const int64_t len = line_len(op), k_out = o->sizes[dim];
+    const int64_t len = line_len(op);
     int64_t line_sizes[TPU_MAX_DIMS];
     for (int32_t d = 0; d < in->ndim; d++)
         line_sizes[d] = d == dim ? 1 : in->sizes[d];
-    const int64_t lines = len > 0 ? tpu_k_numel(in) / len : 0;
-    int64_t start, end;
-    tpu_k_split(lines, ith, nth, &start, &end);
-    if (start >= end)
-        return TPU_OK;
-    const int64_t *strides[3] = {in->strides, o->strides, ix->strides};
+    tpu_k_split(len > 0 ? tpu_k_numel(in) / len : 0, ith, nth, start, end);
+    if (*start >= *end)
+        return false;
+    const int64_t *strides[3] = {in->strides, op->out.strides, op->aux[0].strides};
+    tpu_k_iter_init(it, in->ndim, line_sizes, 3, strides, *start);
+    return true;
+}
+
+/* Element j of the line at in offset off, as a (key, position) pair. */
+static inline sort_pair line_pair(const tpu_tensor *in, int32_t dim, int64_t off, int64_t j,
+                                  bool is_float) {
+    const char *x = tpu_k_ptr(in, off + j * in->strides[dim]);
+    sort_pair p;
+    if (is_float)
+        p.key.f = tpu_k_load_f64(x, in->dtype);
+    else
+        p.key.i = tpu_k_load_i64(x, in->dtype);
+    p.pos = j;
+    return p;
+}
+
+/* Writes the first n pairs to the line's out values and aux[0] positions. */
+static void store_pairs(const tpu_op *op, const tpu_k_iter *it, const sort_pair *pairs, int64_t n,
+                        bool is_float) {
+    const tpu_tensor *o = &op->out, *ix = &op->aux[0];
+    const int32_t dim = op->p.sort.dim;
+    for (int64_t j = 0; j < n; j++) {
+        char *y = tpu_k_ptr(o, it->off[1] + j * o->strides[dim]);
+        if (is_float)
+            tpu_k_store_f64(y, o->dtype, pairs[j].key.f);
+        else
+            tpu_k_store_i64(y, o->dtype, pairs[j].key.i);
+        tpu_k_store_i64(tpu_k_ptr(ix, it->off[2] + j * ix->strides[dim]), TPU_DTYPE_I64, pairs[j].pos);
+    }
+}
+
+tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth) {
+    if (op->fn == TPU_SORT_SEARCHSORTED)
+        return searchsorted_ref(op, ith, nth);
+    const tpu_tensor *in = &op->in[0];
+    const int32_t dim = op->p.sort.dim;
+    const int64_t len = line_len(op), k_out = op->out.sizes[dim];
     tpu_k_iter it;
-    tpu_k_iter_init(&it, in->ndim, line_sizes, 3, strides, start);
+    int64_t start, end;
+    if (!share_lines(op, ith, nth, &it, &start, &end))
+        return TPU_OK;
     const bool is_float = tpu_dtype_is_float(in->dtype), desc = op->p.sort.descending;
     sort_pair *scratch = op->scratch;
     for (int64_t l = start; l < end; l++, tpu_k_iter_next(&it)) {
         sort_pair *a = scratch + 2 * l * len, *tmp = a + len;
-        for (int64_t j = 0; j < len; j++) {
-            const char *x = tpu_k_ptr(in, it.off[0] + j * in->strides[dim]);
-            if (is_float)
-                a[j].key.f = tpu_k_load_f64(x, in->dtype);
-            else
-                a[j].key.i = tpu_k_load_i64(x, in->dtype);
-            a[j].pos = j;
-        }
-        const sort_pair *sorted = merge_sort(a, tmp, len, is_float, desc);
-        for (int64_t j = 0; j < k_out; j++) {
-            char *y = tpu_k_ptr(o, it.off[1] + j * o->strides[dim]);
-            if (is_float)
-                tpu_k_store_f64(y, o->dtype, sorted[j].key.f);
-            else
-                tpu_k_store_i64(y, o->dtype, sorted[j].key.i);
-            tpu_k_store_i64(tpu_k_ptr(ix, it.off[2] + j * ix->strides[dim]), TPU_DTYPE_I64,
-                            sorted[j].pos);
-        }
+        for (int64_t j = 0; j < len; j++)
+            a[j] = line_pair(in, dim, it.off[0], j, is_float);
+        store_pairs(op, &it, merge_sort(a, tmp, len, is_float, desc), k_out, is_float);
     }
     return TPU_OK;
 }
@@ -180,32 +205,19 @@ tpu_status tpu_k_sort_ref(const tpu_op *op, int ith, int nth) {
 enum { TOPK_SELECT_MAX = 64 };
 
 static tpu_status topk_select(const tpu_op *op, int ith, int nth) {
-    const tpu_tensor *in = &op->in[0], *o = &op->out, *ix = &op->aux[0];
+    const tpu_tensor *in = &op->in[0];
     const int32_t dim = op->p.sort.dim;
-    const int64_t len = line_len(op), k = o->sizes[dim];
-    int64_t line_sizes[TPU_MAX_DIMS];
-    for (int32_t d = 0; d < in->ndim; d++)
-        line_sizes[d] = d == dim ? 1 : in->sizes[d];
-    const int64_t lines = len > 0 ? tpu_k_numel(in) / len : 0;
-    int64_t start, end;
-    tpu_k_split(lines, ith, nth, &start, &end);
-    if (start >= end || k == 0)
-        return TPU_OK;
-    const int64_t *strides[3] = {in->strides, o->strides, ix->strides};
+    const int64_t len = line_len(op), k = op->out.sizes[dim];
     tpu_k_iter it;
-    tpu_k_iter_init(&it, in->ndim, line_sizes, 3, strides, start);
+    int64_t start, end;
+    if (k == 0 || !share_lines(op, ith, nth, &it, &start, &end))
+        return TPU_OK;
     const bool is_float = tpu_dtype_is_float(in->dtype), desc = op->p.sort.descending;
     sort_pair buf[TOPK_SELECT_MAX];
     for (int64_t l = start; l < end; l++, tpu_k_iter_next(&it)) {
         int64_t have = 0;
         for (int64_t j = 0; j < len; j++) {
-            const char *x = tpu_k_ptr(in, it.off[0] + j * in->strides[dim]);
-            sort_pair p;
-            if (is_float)
-                p.key.f = tpu_k_load_f64(x, in->dtype);
-            else
-                p.key.i = tpu_k_load_i64(x, in->dtype);
-            p.pos = j;
+            const sort_pair p = line_pair(in, dim, it.off[0], j, is_float);
             if (have == k) {
                 if (!before(&p, &buf[k - 1], is_float, desc))
                     continue;
@@ -217,15 +229,7 @@ static tpu_status topk_select(const tpu_op *op, int ith, int nth) {
             buf[at] = p;
             have++;
         }
-        for (int64_t j = 0; j < k; j++) {
-            char *y = tpu_k_ptr(o, it.off[1] + j * o->strides[dim]);
-            if (is_float)
-                tpu_k_store_f64(y, o->dtype, buf[j].key.f);
-            else
-                tpu_k_store_i64(y, o->dtype, buf[j].key.i);
-            tpu_k_store_i64(tpu_k_ptr(ix, it.off[2] + j * ix->strides[dim]), TPU_DTYPE_I64,
-                            buf[j].pos);
-        }
+        store_pairs(op, &it, buf, k, is_float);
     }
     return TPU_OK;
 }
