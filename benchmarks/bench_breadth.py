@@ -14,14 +14,12 @@ The machine is noisy: compare ratios, not absolute times. Timed with
 suite.interleaved (see suite.py)."""
 from __future__ import annotations
 
-import argparse
-import platform
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from suite import cpu_description, interleaved
+from suite import case_table
 
 S = (8, 12, 256, 256)
 
@@ -84,25 +82,7 @@ CASES: list[Case] = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("only", nargs="*", help="run the cases whose name contains one of these")
-    args = parser.parse_args()
-    torch.tpu.set_fallback_error(True)  # every timed op must be native
-    from torch_tpu import _C
-
-    print(f"machine: {platform.machine()}, {cpu_description()}; {torch.get_num_threads()} threads for torch "
-          f"CPU, {_C._num_threads()} tpu kernel threads; torch {torch.__version__}; mode {torch.tpu.get_mode()}")
-    print()
-    print("| op on [8, 12, 256, 256] | CPU ms | tpu ms | tpu/CPU |")
-    print("|---|---:|---:|---:|")
-    cpu = inputs()
-    tpu = {k: v.to("tpu") for k, v in cpu.items()}
-    for name, fn in CASES:
-        if args.only and not any(o in name for o in args.only):
-            continue
-        t_cpu, t_tpu = interleaved(lambda: fn(cpu), lambda: fn(tpu), args.repeat)
-        print(f"| {name} | {t_cpu * 1e3:.2f} | {t_tpu * 1e3:.2f} | {t_tpu / t_cpu:.2f} |", flush=True)
+    case_table(__doc__, "op on [8, 12, 256, 256]", CASES, inputs)
 
 
 if __name__ == "__main__":

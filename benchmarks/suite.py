@@ -127,6 +127,33 @@ def side_by_side(make: Callable[[str], Callable[[], object]], repeat: int) -> tu
     return interleaved(make("cpu"), make("tpu"), repeat)
 
 
+def case_table(doc: str, column: str, cases: list[tuple[str, Callable[[dict], object]]],
+               inputs: Callable[[], dict[str, torch.Tensor]]) -> None:
+    """The main of the per-op benchmarks (bench_breadth, bench_training_ops):
+    parses [--repeat N] [name filters...], makes every timed op native (the
+    CPU fallback an error), and prints a markdown table of each case's CPU
+    and tpu time (interleaved(), inputs() on each side) and their ratio."""
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("only", nargs="*", help="run the cases whose name contains one of these")
+    args = parser.parse_args()
+    torch.tpu.set_fallback_error(True)
+    from torch_tpu import _C
+
+    print(f"machine: {platform.machine()}, {cpu_description()}; {torch.get_num_threads()} threads for torch "
+          f"CPU, {_C._num_threads()} tpu kernel threads; torch {torch.__version__}; mode {torch.tpu.get_mode()}")
+    print()
+    print(f"| {column} | CPU ms | tpu ms | tpu/CPU |")
+    print("|---|---:|---:|---:|")
+    cpu = inputs()
+    tpu = {k: v.to("tpu") for k, v in cpu.items()}
+    for name, fn in cases:
+        if args.only and not any(o in name for o in args.only):
+            continue
+        t_cpu, t_tpu = interleaved(lambda: fn(cpu), lambda: fn(tpu), args.repeat)
+        print(f"| {name} | {t_cpu * 1e3:.3f} | {t_tpu * 1e3:.3f} | {t_tpu / t_cpu:.2f} |", flush=True)
+
+
 def peak_bytes(device: str, fn: Callable[[], object]) -> int:
     """The most bytes held at once during one call of fn, above what was
     held when it started: on tpu the device allocator's peak; on cpu the
